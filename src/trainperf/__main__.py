@@ -1,0 +1,5 @@
+import sys
+
+from trainperf.cli.main import main
+
+sys.exit(main())

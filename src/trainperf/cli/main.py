@@ -1,0 +1,162 @@
+"""`trainperf` command line: parses arguments and calls the parts; no logic of its own.
+
+Every expected failure (bad recipe, bad data, bad output dir) prints one line and exits non-zero;
+`--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2  # bad configuration or arguments
+EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
+
+# Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
+# parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
+# CLIError) gives the one-line error exits below.
+_SUBCOMMAND_MODULES: list[str] = []
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every subcommand accepts after its name too (`trainperf run --debug`)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return p
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="train a benchmark to its quality target", parents=[_common()])
+    p.add_argument("benchmark", nargs="?", default="tiny", help="recipe name (recipes/*.toml) or path")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a recipe value, e.g. --set train.lr=3e-3 (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--max-steps", type=int, default=0, help="stop (aborted) after this many steps")
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
+    p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
+
+
+def _add_data(sub) -> None:
+    p = sub.add_parser("data", help="prepare token shards from a local corpus", parents=[_common()])
+    dsub = p.add_subparsers(dest="data_cmd", required=True)
+    q = dsub.add_parser("prepare", help="tokenize SRC (.txt/.jsonl/.parquet file or folder, or 'stdlib')")
+    q.add_argument("src")
+    q.add_argument("--out", type=Path, required=True)
+    q.add_argument("--tokenizer", default="bpe", help="byte, bpe, or a tokenizer.json path")
+    q.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary when training one")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="trainperf", description=__doc__.splitlines()[0])
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = ap.add_subparsers(dest="cmd")
+    _add_run(sub)
+    _add_data(sub)
+    for mod in _SUBCOMMAND_MODULES:
+        importlib.import_module(mod).add_parser(sub, _common())
+    r = sub.add_parser("rules", help="print the path of a benchmark's compliance YAML")
+    r.add_argument("benchmark", nargs="?", default="tiny")
+    sub.add_parser("recipes", help="list the benchmark recipes")
+    return ap
+
+
+def cmd_run(args) -> int:
+    from trainperf.cli.progress import RunDisplay
+    from trainperf.config import load_recipe
+    from trainperf.parallel.env import init_env
+    from trainperf.train.loop import RunOptions, train
+
+    overrides = list(args.overrides)
+    recipe = load_recipe(args.benchmark, overrides)
+    seed = recipe.train.seed if args.seed is None else args.seed
+    if args.max_steps < 0:
+        raise _usage("--max-steps must be >= 0")
+    out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = init_env(args.device)
+    display = RunDisplay(enabled=env.is_main, live=not args.no_progress and sys.stdout.isatty())
+    with display:
+        summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps,
+                                                on_event=display.update))
+    if env.is_main:
+        display.print_summary(summary)
+    return 0 if summary.status == "success" else 3
+
+
+def cmd_data(args) -> int:
+    from trainperf.config import DataConfig, validate, Recipe
+    from trainperf.data.pipeline import prepare
+
+    cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size)
+    validate(Recipe(data=cfg))
+    data = prepare(cfg, out=args.out)
+    m = data.meta
+    print(f"prepared {args.out}: {m['train']['tokens']:,} train / {m['val']['tokens']:,} val tokens, "
+          f"{m['tokenizer']} (vocab {m['vocab_size']}), corpus sha256 {m['fingerprint'][:16]}...")
+    return 0
+
+
+def cmd_rules(args) -> int:
+    from trainperf.mlperf.logger import RULES_DIR
+
+    path = RULES_DIR / f"{args.benchmark}.yaml"
+    if not path.exists():
+        raise _usage(f"rules: no compliance YAML for '{args.benchmark}' (trainperf ships one for: "
+                     f"{', '.join(p.stem for p in RULES_DIR.glob('*.yaml'))})")
+    print(path)
+    return 0
+
+
+def cmd_recipes(args) -> int:
+    from trainperf.config import list_recipes
+
+    print("\n".join(list_recipes()))
+    return 0
+
+
+class CLIError(Exception):
+    """A usage error with a one-line message (exit 2)."""
+
+
+class CLIFailure(Exception):
+    """A failure with a one-line message (exit 1)."""
+
+
+def _usage(msg: str) -> CLIError:
+    return CLIError(msg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.cmd is None:
+        ap.print_help()
+        return EXIT_USAGE
+    handlers = {"run": cmd_run, "data": cmd_data, "rules": cmd_rules, "recipes": cmd_recipes}
+    handler = getattr(args, "handler", None) or handlers[args.cmd]
+    from trainperf.config import ConfigError
+    from trainperf.data.corpus import DataError
+    from trainperf.train.loop import TrainError
+
+    try:
+        return handler(args)
+    except (ConfigError, CLIError) as e:
+        if args.debug:
+            raise
+        print(f"trainperf: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (DataError, TrainError, CLIFailure, NotImplementedError, FileExistsError) as e:
+        if args.debug:
+            raise
+        print(f"trainperf: error: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("trainperf: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Recipes: typed dataclasses loaded from TOML, with `--set a.b=value` overrides and validation.
+
+Every error is a `ConfigError` whose message names the offending key, so the CLI can print one line
+and exit 2. Recipes are plain data; nothing here is evaluated or executed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trainperf
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the key."""
+
+
+@dataclass
+class BenchmarkConfig:
+    name: str = "tiny"
+    # MLPerf training ruleset the log is written for (and checked against).
+    ruleset: str = "6.1.0"
+    # "tiny" -> our own compliance YAML; otherwise the official closed rules of `name`.
+    rules: str = "tiny"
+    # Runs per scored result (MLPerf uses 10 for the small LLM benchmarks, 3 for the big ones).
+    runs_per_result: int = 5
+
+
+@dataclass
+class ModelConfig:
+    family: str = "llama"  # "llama" (RoPE, RMSNorm, SwiGLU, GQA) or "gpt" (learned pos, LayerNorm, GELU)
+    n_layer: int = 4
+    d_model: int = 256
+    n_head: int = 4
+    n_kv_head: int = 0  # 0 -> same as n_head (multi-head attention)
+    d_ff: int = 0  # 0 -> family default (4*d for gpt, ~8/3*d rounded to `ff_multiple_of` for llama)
+    ff_multiple_of: int = 64
+    vocab_size: int = 0  # 0 -> taken from the tokenizer
+    seq_len: int = 256
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = True
+    bias: bool = False
+    lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
+    lora_alpha: float = 32.0
+    lora_targets: list[str] = field(default_factory=lambda: ["wq", "wk", "wv", "wo"])
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def ff_dim(self) -> int:
+        if self.d_ff:
+            return self.d_ff
+        if self.family == "gpt":
+            return 4 * self.d_model
+        hidden = int(2 * (4 * self.d_model) / 3)
+        m = self.ff_multiple_of
+        return m * ((hidden + m - 1) // m)
+
+
+@dataclass
+class DataConfig:
+    corpus: str = "stdlib"  # "stdlib", a prepared data dir, or a local .txt/.jsonl/.parquet file or folder
+    tokenizer: str = "bpe"  # "byte", "bpe" (trained on the train split), or a path to a tokenizer.json
+    bpe_vocab_size: int = 4096
+    eval_bytes: int = 262144  # held-out text evaluated each time (a fixed prefix of the validation split)
+    cache_dir: str = ""  # "" -> $TRAINPERF_CACHE or ~/.cache/trainperf
+    synthetic: bool = False  # smoke runs: a small random corpus, no files needed
+
+
+@dataclass
+class TrainConfig:
+    global_batch_size: int = 16  # sequences per optimizer step, for any world size
+    micro_batch_size: int = 16  # sequences per forward/backward on one rank
+    lr: float = 3e-3
+    end_lr: float = 3e-4
+    warmup_steps: int = 50
+    decay_steps: int = 1000  # cosine from lr to end_lr over this many steps after warm-up
+    max_steps: int = 0  # 0 -> warmup + decay; training stops at the target or here (aborted)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    precision: str = "bf16"  # "bf16" (autocast) or "fp32"
+    optimizer: str = "adamw"
+    fused: str = "auto"  # AdamW implementation: "auto", "fused", "foreach", "for-loop"
+    log_every: int = 10
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    every_samples: int = 4096  # evaluate after this many training sequences
+    target: float = 1.45
+    metric: str = "nats_per_byte"  # or "log_perplexity" (mean token loss, the MLPerf LLM metric)
+    eval_samples: int = 0  # sequences evaluated (0 -> as many as `data.eval_bytes` gives)
+    skip_evals: int = 0  # evals skipped at the start (MLPerf LoRA / 405b rules)
+
+
+@dataclass
+class ParallelConfig:
+    dp_replicate: int = 1
+    dp_shard: int = -1  # -1 -> whatever is left of the world size
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    activation_checkpoint: str = "none"  # "none", "selective", "full"
+    compile: bool = False
+
+
+@dataclass
+class Recipe:
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    source: str = ""  # file the recipe came from
+
+    @property
+    def total_steps(self) -> int:
+        return self.train.max_steps or (self.train.warmup_steps + self.train.decay_steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+# --------------------------------------------------------------------------------------------------
+# loading
+
+
+def recipes_dir() -> Path:
+    """Where recipes live: inside the wheel (`_recipes`) or, for a source checkout, `recipes/`."""
+    pkg = Path(trainperf.__file__).parent
+    for cand in (pkg / "_recipes", pkg.parents[1] / "recipes"):
+        if cand.is_dir():
+            return cand
+    raise ConfigError("recipes: no recipes folder found next to the package")
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.toml"))
+
+
+def _resolve(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"recipe: file {name_or_path} not found")
+        return p
+    cand = recipes_dir() / f"{name_or_path}.toml"
+    if not cand.is_file():
+        raise ConfigError(f"recipe: unknown benchmark '{name_or_path}' (known: {', '.join(list_recipes())})")
+    return cand
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise naming the key."""
+    origin = typing.get_origin(typ)
+    if origin is list:
+        (inner,) = typing.get_args(typ)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(key, v, inner) for v in value]
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported type {typ}")  # pragma: no cover - schema bug
+
+
+def _section_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+_SECTIONS = {f.name: f for f in dataclasses.fields(Recipe) if f.name != "source"}
+
+
+def _apply(recipe: Recipe, section: str, key: str, value: Any) -> None:
+    if section not in _SECTIONS:
+        raise ConfigError(f"{section}: unknown section (known: {', '.join(_SECTIONS)})")
+    obj = getattr(recipe, section)
+    types = _section_types(type(obj))
+    if key not in types:
+        raise ConfigError(f"{section}.{key}: unknown key (known: {', '.join(types)})")
+    setattr(obj, key, _coerce(f"{section}.{key}", value, types[key]))
+
+
+def _parse_override(text: str) -> tuple[str, str, str]:
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected section.key=value")
+    path, value = text.split("=", 1)
+    if path.count(".") != 1:
+        raise ConfigError(f"{path}: expected section.key")
+    section, key = path.strip().split(".")
+    return section, key, value.strip()
+
+
+def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None) -> Recipe:
+    """Load a recipe by benchmark name or path, apply `section.key=value` overrides, validate it."""
+    path = _resolve(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"recipe {path}: not valid TOML ({e})") from None
+    recipe = Recipe(source=str(path))
+    for section, table in raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{section}: expected a [section] table")
+        for key, value in table.items():
+            _apply(recipe, section, key, value)
+    for text in overrides or []:
+        _apply(recipe, *_parse_override(text))
+    validate(recipe)
+    return recipe
+
+
+def _check(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def validate(r: Recipe) -> None:
+    m, d, t, e, p = r.model, r.data, r.train, r.eval, r.parallel
+    _check(m.family in ("llama", "gpt"), "model.family", f"must be 'llama' or 'gpt', got {m.family!r}")
+    for k in ("n_layer", "d_model", "n_head", "seq_len"):
+        _check(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")
+    _check(m.d_model % m.n_head == 0, "model.n_head", f"{m.n_head} heads do not divide d_model={m.d_model}")
+    _check(m.n_kv_head >= 0, "model.n_kv_head", "must be >= 0")
+    _check(m.n_head % m.kv_heads == 0, "model.n_kv_head", f"{m.kv_heads} kv heads do not divide n_head={m.n_head}")
+    _check(m.family == "gpt" or m.head_dim % 2 == 0, "model.n_head", "RoPE needs an even head dimension")
+    _check(m.d_ff >= 0, "model.d_ff", "must be >= 0")
+    _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
+    _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
+    _check(m.lora_rank >= 0, "model.lora_rank", "must be >= 0")
+    _check(d.tokenizer in ("byte", "bpe") or d.tokenizer.endswith(".json"), "data.tokenizer",
+           f"must be 'byte', 'bpe' or a tokenizer.json path, got {d.tokenizer!r}")
+    _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
+    _check(d.eval_bytes > 0, "data.eval_bytes", "must be > 0")
+    _check(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1")
+    _check(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
+    _check(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
+    _check(0 <= t.end_lr <= t.lr, "train.end_lr", f"must be in [0, train.lr], got {t.end_lr}")
+    _check(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0")
+    _check(t.decay_steps >= 0, "train.decay_steps", "must be >= 0")
+    _check(t.max_steps >= 0, "train.max_steps", "must be >= 0")
+    _check(r.total_steps >= 1, "train.max_steps", "no steps to run (warmup + decay = 0 and max_steps = 0)")
+    _check(t.weight_decay >= 0, "train.weight_decay", "must be >= 0")
+    _check(0 <= t.beta1 < 1, "train.beta1", "must be in [0, 1)")
+    _check(0 <= t.beta2 < 1, "train.beta2", "must be in [0, 1)")
+    _check(t.eps > 0, "train.eps", "must be > 0")
+    _check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables clipping)")
+    _check(t.precision in ("bf16", "fp32"), "train.precision", f"must be 'bf16' or 'fp32', got {t.precision!r}")
+    _check(t.optimizer == "adamw", "train.optimizer", f"only 'adamw' is implemented, got {t.optimizer!r}")
+    _check(t.fused in ("auto", "fused", "foreach", "for-loop"), "train.fused",
+           "must be auto, fused, foreach or for-loop")
+    _check(t.log_every >= 1, "train.log_every", "must be >= 1")
+    _check(t.seed >= 0, "train.seed", "must be >= 0")
+    _check(e.every_samples >= 1, "eval.every_samples", "must be >= 1")
+    _check(e.target > 0, "eval.target", "must be > 0")
+    _check(e.metric in ("nats_per_byte", "log_perplexity"), "eval.metric", "must be nats_per_byte or log_perplexity")
+    _check(e.eval_samples >= 0, "eval.eval_samples", "must be >= 0")
+    _check(e.skip_evals >= 0, "eval.skip_evals", "must be >= 0")
+    for k in ("dp_replicate", "tp", "pp", "cp"):
+        _check(getattr(p, k) >= 1, f"parallel.{k}", "must be >= 1")
+    _check(p.dp_shard == -1 or p.dp_shard >= 1, "parallel.dp_shard", "must be >= 1 or -1 (the rest)")
+    _check(p.activation_checkpoint in ("none", "selective", "full"), "parallel.activation_checkpoint",
+           "must be none, selective or full")
+    _check(m.n_head % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide model.n_head={m.n_head}")
+    _check(m.kv_heads % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide the {m.kv_heads} kv heads")

@@ -1,0 +1,127 @@
+"""Corpora as lists of documents, split into train / validation by a stable hash of each document's id.
+
+The default corpus is the Python standard library's own `.py` sources: every machine with Python has
+them, so results compare across machines and tools. User corpora are local `.txt`, `.jsonl` (a `text`
+field per line) or `.parquet` (a `text` column) files, or folders of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Unreadable corpus, missing or corrupt shard: the message names the file."""
+
+
+SKIP_DIRS = frozenset({"test", "tests", "idlelib", "lib2to3", "site-packages", "__pycache__"})
+# A document is held out when the first byte of sha256(id) is below this: 8/256 ~ 3% of documents.
+VAL_THRESHOLD = 8
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str  # stable identifier: path relative to the corpus root (plus a row/line number)
+    text: str
+
+    @property
+    def is_val(self) -> bool:
+        return hashlib.sha256(self.id.encode("utf-8")).digest()[0] < VAL_THRESHOLD
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _walk_sorted(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        out.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(suffixes))
+    return out
+
+
+def stdlib_documents() -> list[Document]:
+    """Every `.py` file under the stdlib folder, folders walked in sorted order, test folders skipped."""
+    root = stdlib_root()
+    docs = []
+    for path in _walk_sorted(root, (".py",)):
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # a handful of stdlib files are not UTF-8; skipping them is part of the definition
+        docs.append(Document(path.relative_to(root).as_posix(), text))
+    return docs
+
+
+def _read_file(path: Path, rel: str) -> list[Document]:
+    try:
+        if path.suffix == ".txt":
+            return [Document(rel, path.read_text(encoding="utf-8"))]
+        if path.suffix == ".jsonl":
+            docs = []
+            with path.open(encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{path}:{i + 1}: not valid JSON ({e.msg})") from None
+                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                        raise DataError(f"{path}:{i + 1}: expected an object with a string 'text' field")
+                    docs.append(Document(f"{rel}#{i}", row["text"]))
+            return docs
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, columns=["text"])
+            return [Document(f"{rel}#{i}", t) for i, t in enumerate(table.column("text").to_pylist()) if t]
+    except DataError:
+        raise
+    except (OSError, UnicodeDecodeError, KeyError) as e:
+        raise DataError(f"{path}: cannot read corpus file ({e})") from None
+    except Exception as e:  # pyarrow raises its own types for a corrupt or text-less file
+        raise DataError(f"{path}: cannot read corpus file ({type(e).__name__}: {e})") from None
+    raise DataError(f"{path}: unsupported corpus file type (use .txt, .jsonl or .parquet)")
+
+
+def file_documents(src: str | Path) -> list[Document]:
+    """Documents from a local file or a folder of .txt / .jsonl / .parquet files (sorted order)."""
+    src = Path(src)
+    if src.is_file():
+        return _read_file(src, src.name)
+    if not src.is_dir():
+        raise DataError(f"{src}: corpus path does not exist or is not readable")
+    files = _walk_sorted(src, (".txt", ".jsonl", ".parquet"))
+    if not files:
+        raise DataError(f"{src}: no .txt, .jsonl or .parquet files found")
+    docs: list[Document] = []
+    for f in files:
+        docs.extend(_read_file(f, f.relative_to(src).as_posix()))
+    return docs
+
+
+def split(docs: list[Document]) -> tuple[list[Document], list[Document]]:
+    train = [d for d in docs if not d.is_val]
+    val = [d for d in docs if d.is_val]
+    if not train or not val:
+        raise DataError(f"corpus of {len(docs)} documents gives an empty train or validation split; "
+                        "it needs more documents")
+    return train, val
+
+
+def fingerprint(docs: list[Document]) -> str:
+    """sha256 over every document's id and text: changes whenever the corpus does."""
+    h = hashlib.sha256()
+    for d in docs:
+        for part in (d.id, d.text):
+            b = part.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+    return h.hexdigest()

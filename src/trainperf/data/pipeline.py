@@ -1,0 +1,147 @@
+"""From a recipe's `[data]` section to batches: resolve the corpus, tokenize once (cached), sample.
+
+Training batches are random windows of the train shard chosen by a generator seeded with
+(seed, step): any rank can compute any step's batch without state, so a resumed run sees exactly the
+batches the uninterrupted run saw, and every data-parallel rank takes its own slice of the same
+global batch whatever the world size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainperf.config import DataConfig
+from trainperf.data.corpus import DataError, Document, file_documents, fingerprint, stdlib_documents
+from trainperf.data.shards import open_dataset, write_dataset
+from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    return Path(os.environ.get("TRAINPERF_CACHE", Path.home() / ".cache" / "trainperf"))
+
+
+def synthetic_documents(n_docs: int = 64, seed: int = 1234) -> list[Document]:
+    """A small deterministic corpus for smoke runs: Python-like lines from a fixed vocabulary."""
+    rng = np.random.default_rng(seed)
+    words = ["def", "return", "self", "value", "data", "for", "in", "if", "else", "import", "class",
+             "None", "True", "x", "y", "i", "len", "range", "print", "(", ")", ":", "=", "+", "[", "]"]
+    docs = []
+    for d in range(n_docs):
+        lines = [" ".join(rng.choice(words, size=rng.integers(3, 12))) for _ in range(200)]
+        docs.append(Document(f"synthetic/{d:04d}.py", "\n".join(lines) + "\n"))
+    return docs
+
+
+def _documents(cfg: DataConfig) -> tuple[str, list[Document]]:
+    if cfg.synthetic:
+        return "synthetic", synthetic_documents()
+    if cfg.corpus == "stdlib":
+        return "stdlib", stdlib_documents()
+    return str(Path(cfg.corpus).resolve()), file_documents(cfg.corpus)
+
+
+def _tokenizer_for(cfg: DataConfig, docs: list[Document]) -> Tokenizer:
+    if cfg.tokenizer == "byte":
+        return ByteTokenizer()
+    if cfg.tokenizer == "bpe":
+        return train_bpe((d.text for d in docs if not d.is_val), cfg.bpe_vocab_size)
+    return load_tokenizer(cfg.tokenizer)
+
+
+def _tokenizer_key(cfg: DataConfig) -> str:
+    if cfg.tokenizer in ("byte", "bpe"):
+        return "byte" if cfg.tokenizer == "byte" else f"bpe{cfg.bpe_vocab_size}"
+    import hashlib
+
+    try:
+        return "tok-" + hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise DataError(f"{cfg.tokenizer}: cannot read tokenizer file ({e.strerror})") from None
+
+
+def prepare(cfg: DataConfig, out: Path | None = None):
+    """The prepared token data for this config: a prepared folder as is, else tokenize into the cache
+    (keyed by corpus fingerprint + tokenizer) unless it is already there."""
+    if not cfg.synthetic and cfg.corpus != "stdlib" and (Path(cfg.corpus) / "meta.json").exists():
+        return open_dataset(cfg.corpus)
+    name, docs = _documents(cfg)
+    if not docs:
+        raise DataError(f"{cfg.corpus}: corpus holds no documents")
+    key = f"{fingerprint(docs)[:16]}-{_tokenizer_key(cfg)}"
+    target = out or cache_root(cfg) / key
+    if out is None and (target / "meta.json").exists():
+        try:
+            return open_dataset(target)
+        except DataError:
+            pass  # a corrupt cache entry is rebuilt, not trusted
+    write_dataset(target, docs, _tokenizer_for(cfg, docs), name)
+    return open_dataset(target)
+
+
+class TrainBatches:
+    """Deterministic random windows of the training shard."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, global_batch: int, seed: int):
+        if tokens.size < seq_len + 2:
+            raise DataError(f"training split has {tokens.size} tokens, fewer than one sequence of {seq_len}")
+        self.tokens, self.seq_len, self.global_batch, self.seed = tokens, seq_len, global_batch, seed
+
+    def global_offsets(self, step: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, step])
+        return rng.integers(0, self.tokens.size - self.seq_len - 1, size=self.global_batch)
+
+    def get(self, step: int, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) for this rank's share of global batch `step`, int64 on the CPU."""
+        per = self.global_batch // world
+        offs = self.global_offsets(step)[rank * per:(rank + 1) * per]
+        idx = offs[:, None] + np.arange(self.seq_len + 1)[None, :]
+        window = torch.from_numpy(self.tokens[idx].astype(np.int64))
+        return window[:, :-1], window[:, 1:]
+
+
+@dataclass
+class EvalSet:
+    """Fixed validation windows with the byte length of every target token."""
+
+    inputs: list[torch.Tensor]  # (n, T) chunks, the last possibly shorter
+    targets: list[torch.Tensor]
+    target_bytes: int  # UTF-8 bytes the scored targets cover
+    target_tokens: int
+    samples: int  # sequences evaluated
+
+
+def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -> EvalSet:
+    """The held-out documents in order, up to the first document boundary at or past `eval_bytes`,
+    cut into windows of seq_len (stride seq_len, so each token is scored once). With `eval_samples`,
+    exactly that many full windows instead (MLPerf LLM benchmarks fix the count)."""
+    val = data.val
+    if eval_samples:
+        n_tokens = eval_samples * seq_len + 1
+        if val.size < n_tokens:
+            raise DataError(f"validation split has {val.size} tokens; {eval_samples} samples of {seq_len} need {n_tokens}")
+    else:
+        cum = np.cumsum(data.val_index, axis=0)
+        k = int(np.searchsorted(cum[:, 1], eval_bytes))  # first doc where the byte total reaches eval_bytes
+        n_tokens = int(cum[min(k, len(cum) - 1), 0])
+        if cum[-1, 1] < eval_bytes:
+            n_tokens = int(cum[-1, 0])
+    toks = torch.from_numpy(np.asarray(val[:n_tokens]).astype(np.int64))
+    nb = torch.from_numpy(data.tokenizer.token_bytes())
+    n_full = (toks.numel() - 1) // seq_len
+    inputs, targets = [], []
+    if n_full:
+        inputs.append(toks[: n_full * seq_len].view(n_full, seq_len))
+        targets.append(toks[1: n_full * seq_len + 1].view(n_full, seq_len))
+    rest = toks.numel() - 1 - n_full * seq_len
+    if rest > 0 and not eval_samples:
+        inputs.append(toks[n_full * seq_len: -1].view(1, rest))
+        targets.append(toks[n_full * seq_len + 1:].view(1, rest))
+    all_t = torch.cat([t.flatten() for t in targets])
+    return EvalSet(inputs, targets, int(nb[all_t].sum()), all_t.numel(), n_full + (1 if rest > 0 and not eval_samples else 0))

@@ -1,0 +1,127 @@
+"""Token shards: a prepared data folder that training reads through numpy memmaps.
+
+    DIR/meta.json       corpus fingerprint, tokenizer, dtype, token counts and sha256 of each shard
+    DIR/tokenizer.json  the tokenizer the shards were made with
+    DIR/train.bin       training tokens, uint16 (vocab <= 65536) or uint32, documents back to back
+    DIR/val.bin         held-out tokens, same layout
+    DIR/val_index.npy   per held-out document: [tokens, bytes] (so eval can take a fixed prefix)
+
+Folders are written aside and renamed into place, so a crash never leaves one that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.data.corpus import DataError, Document, fingerprint, split
+from trainperf.data.tokenizer import Tokenizer, load_tokenizer
+
+FORMAT = 1
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _dtype_for(vocab: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab <= 2**16 else np.dtype(np.uint32)
+
+
+def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    ids = tok.encode_batch([d.text for d in docs])
+    index = np.array([[len(x), len(d.text.encode("utf-8"))] for x, d in zip(ids, docs)], dtype=np.int64)
+    flat = np.fromiter((i for x in ids for i in x), dtype=dtype, count=int(index[:, 0].sum()))
+    return flat, index
+
+
+def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str) -> Path:
+    """Tokenize `docs` (split by id hash) into `out`, atomically. Returns `out`."""
+    train, val = split(docs)
+    dtype = _dtype_for(tok.vocab_size)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        meta: dict = {"format": FORMAT, "corpus": corpus_name, "fingerprint": fingerprint(docs),
+                      "tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": dtype.name,
+                      "documents": {"train": len(train), "val": len(val)}}
+        for name, part in (("train", train), ("val", val)):
+            flat, index = _encode(tok, part, dtype)
+            flat.tofile(tmp / f"{name}.bin")
+            meta[name] = {"tokens": int(flat.size), "bytes": int(index[:, 1].sum()),
+                          "sha256": _sha256_file(tmp / f"{name}.bin")}
+            if name == "val":
+                np.save(tmp / "val_index.npy", index)
+        tok.save(tmp / "tokenizer.json")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+@dataclass
+class TokenData:
+    """A prepared data folder opened for reading."""
+
+    path: Path
+    meta: dict
+    tokenizer: Tokenizer
+    train: np.ndarray  # memmap
+    val: np.ndarray  # memmap
+    val_index: np.ndarray  # (docs, 2): tokens, bytes
+
+    @property
+    def fingerprint(self) -> str:
+        return self.meta["fingerprint"]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+
+def open_dataset(path: str | Path, verify: bool = True) -> TokenData:
+    """Open a prepared folder; a missing, truncated or corrupt shard is a DataError naming the file."""
+    path = Path(path)
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{meta_path}: missing; prepare the data with `trainperf data prepare`") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{meta_path}: unreadable or corrupt ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT}")
+    dtype = np.dtype(meta["dtype"])
+    arrays = {}
+    for name in ("train", "val"):
+        f = path / f"{name}.bin"
+        if not f.is_file():
+            raise DataError(f"{f}: missing data shard")
+        want = meta[name]["tokens"] * dtype.itemsize
+        if f.stat().st_size != want:
+            raise DataError(f"{f}: {f.stat().st_size} bytes, expected {want} (truncated or corrupt shard)")
+        if verify and _sha256_file(f) != meta[name]["sha256"]:
+            raise DataError(f"{f}: checksum mismatch (corrupt shard)")
+        arrays[name] = np.memmap(f, dtype=dtype, mode="r")
+    try:
+        val_index = np.load(path / "val_index.npy", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path / 'val_index.npy'}: missing or corrupt ({e})") from None
+    tok = load_tokenizer(path / "tokenizer.json")
+    return TokenData(path, meta, tok, arrays["train"], arrays["val"], val_index)

@@ -1,0 +1,136 @@
+"""Tokenizers: raw bytes (vocab 256) or byte-level BPE through Hugging Face `tokenizers`.
+
+Both are lossless on any UTF-8 text, and both know how many bytes of text each token id stands for,
+which is what lets the validation metric be nats per *byte* for any tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import numpy as np
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def token_bytes(self) -> np.ndarray:
+        """Bytes of text per token id (int64, length vocab_size); 0 for special tokens."""
+        ...
+
+    def save(self, path: Path) -> None: ...
+
+
+class ByteTokenizer:
+    name = "byte"
+
+    @property
+    def vocab_size(self) -> int:
+        return 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self) -> np.ndarray:
+        return np.ones(256, dtype=np.int64)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"trainperf_tokenizer": "byte"}))
+
+
+class HFTokenizer:
+    """A byte-level BPE `tokenizers.Tokenizer` (GPT-2 style byte alphabet)."""
+
+    def __init__(self, tok, name: str = "bpe"):
+        self.tok = tok
+        self.name = name
+        self._bytes: np.ndarray | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_bytes(self) -> np.ndarray:
+        if self._bytes is None:
+            # Byte-level BPE spells each byte as one printable character, so a token's byte count is
+            # the length of its string in that alphabet. Added (special) tokens cover no text.
+            from tokenizers.pre_tokenizers import ByteLevel
+
+            alphabet = set(ByteLevel.alphabet())
+            special = {t.content for t in self.tok.get_added_tokens_decoder().values()}
+            out = np.zeros(self.vocab_size, dtype=np.int64)
+            for tok, i in self.tok.get_vocab(with_added_tokens=True).items():
+                if tok in special:
+                    continue
+                if not all(c in alphabet for c in tok):
+                    out[i] = len(self.decode([i]).encode("utf-8"))  # not byte-level: measure it
+                else:
+                    out[i] = len(tok)
+            self._bytes = out
+        return self._bytes
+
+    def save(self, path: Path) -> None:
+        self.tok.save(str(path))
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
+    """Train a byte-level BPE on the given (training-split) texts; deterministic for the same input."""
+    from tokenizers import Tokenizer as _Tok
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = _Tok(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return HFTokenizer(tok, name=f"bpe{vocab_size}")
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A tokenizer saved by `save()`: ours (byte) or any HF `tokenizer.json`."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        from trainperf.data.corpus import DataError
+
+        raise DataError(f"{path}: cannot read tokenizer ({e})") from None
+    if raw.get("trainperf_tokenizer") == "byte":
+        return ByteTokenizer()
+    from tokenizers import Tokenizer as _Tok
+
+    try:
+        return HFTokenizer(_Tok.from_file(str(path)), name=f"file:{path.name}")
+    except Exception as e:  # tokenizers raises a bare Exception on a malformed file
+        from trainperf.data.corpus import DataError
+
+        raise DataError(f"{path}: not a valid tokenizer.json ({e})") from None

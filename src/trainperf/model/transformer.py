@@ -1,0 +1,206 @@
+"""One decoder-only transformer for the GPT-3 and Llama 3 families, chosen by `ModelConfig.family`.
+
+gpt:   learned positions, LayerNorm, GELU MLP, multi-head attention.
+llama: RoPE, RMSNorm, SwiGLU MLP, grouped-query attention.
+
+The model knows nothing of parallelism: `trainperf.parallel` wraps it. Attention goes through
+`F.scaled_dot_product_attention`, so each device picks its fastest kernel (flash on GPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainperf.config import ModelConfig
+
+
+class LoRALinear(nn.Module):
+    """A frozen linear layer plus a trainable low-rank update: y = W x + (alpha/r) * B A x."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base
+        self.base.weight.requires_grad_(False)
+        if self.base.bias is not None:
+            self.base.bias.requires_grad_(False)
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
+        self.scale = alpha / rank
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.lora_a), self.lora_b) * self.scale
+
+    @torch.no_grad()
+    def merged_weight(self) -> torch.Tensor:
+        return self.base.weight + (self.lora_b @ self.lora_a) * self.scale
+
+
+def precompute_rope(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
+    """cos/sin tables of shape (seq_len, head_dim // 2, 2) for rotary embeddings."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) of x: (B, H, T, D) by the angles in rope: (T, D/2, 2)."""
+    xf = x.float().unflatten(-1, (-1, 2))
+    cos, sin = rope[..., 0], rope[..., 1]
+    x0, x1 = xf[..., 0], xf[..., 1]
+    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+    return out.flatten(-2).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.family == "gpt":
+        return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+    return RMSNorm(cfg.d_model, cfg.norm_eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.use_rope = cfg.family == "llama"
+        self.wq = nn.Linear(cfg.d_model, cfg.n_head * cfg.head_dim, bias=cfg.bias)
+        self.wk = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=cfg.bias)
+        self.wv = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=cfg.bias)
+        self.wo = nn.Linear(cfg.n_head * cfg.head_dim, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        B, T, _ = x.shape
+        # -1 rather than n_head: under tensor parallelism each rank holds only its share of the heads.
+        q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        if self.use_rope:
+            q, k = apply_rope(q, rope[:T]), apply_rope(k, rope[:T])
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gated = cfg.family == "llama"
+        self.w1 = nn.Linear(cfg.d_model, cfg.ff_dim, bias=cfg.bias)
+        if self.gated:
+            self.w3 = nn.Linear(cfg.d_model, cfg.ff_dim, bias=cfg.bias)
+        self.w2 = nn.Linear(cfg.ff_dim, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = make_norm(cfg)
+        self.attn = Attention(cfg)
+        self.mlp_norm = make_norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise ValueError("model.vocab_size must be set (from the tokenizer) before building the model")
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model) if cfg.family == "gpt" else None
+        # A ModuleDict keyed "0", "1", ... keeps FQNs stable when pipeline stages drop layers.
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
+        self.norm = make_norm(cfg)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_emb.weight
+        if cfg.family == "llama":
+            self.register_buffer("rope", precompute_rope(cfg.head_dim, cfg.seq_len, cfg.rope_theta),
+                                 persistent=False)
+        else:
+            self.rope = None
+        self.init_weights()
+        if cfg.lora_rank > 0:
+            add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int | None = None) -> None:
+        """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        std = 0.02
+        for name, p in self.named_parameters():
+            if p.dim() == 1:  # norm weights (ones) and biases (zeros) keep their defaults
+                if name.endswith("bias"):
+                    p.zero_()
+                continue
+            s = std / math.sqrt(2 * self.cfg.n_layer) if name.endswith(("wo.weight", "w2.weight")) else std
+            p.copy_(torch.randn(p.shape, generator=gen) * s)
+        if self.rope is not None:
+            self.rope.copy_(precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32."""
+        T = idx.shape[1]
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        for block in self.layers.values():
+            x = block(x, self.rope)
+        logits = self.output(self.norm(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+
+
+def add_lora(model: nn.Module, rank: int, alpha: float, targets: list[str]) -> None:
+    """Freeze every base weight and wrap the named projections (e.g. wq, wv) with LoRA adapters."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if name in targets and isinstance(child, nn.Linear):
+                setattr(module, name, LoRALinear(child, rank, alpha))
+
+
+def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Just the adapters, to save and load on their own."""
+    return {k: v for k, v in model.state_dict().items() if ".lora_" in k}
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The plain (LoRA-free) state dict: adapters merged into their base weights."""
+    out: dict[str, torch.Tensor] = {}
+    lora = {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+    for k, v in model.state_dict().items():
+        if ".lora_" in k:
+            continue
+        prefix = k.rsplit(".base.", 1)[0] if ".base." in k else None
+        if prefix is not None and prefix in lora:
+            leaf = k.rsplit(".base.", 1)[1]
+            out[f"{prefix}.{leaf}"] = lora[prefix].merged_weight() if leaf == "weight" else v
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,61 @@
+import json
+import math
+
+import pytest
+
+from trainperf.parallel.env import DistEnv
+from trainperf.train.loop import RunOptions, TrainError, lr_at, train
+
+
+def _losses(out):
+    return [json.loads(l)["loss"] for l in (out / "metrics.jsonl").read_text().splitlines()
+            if json.loads(l)["kind"] == "train"]
+
+
+def test_lr_schedule(small_recipe):
+    r = small_recipe("train.warmup_steps=4", "train.decay_steps=10", "train.lr=1.0", "train.end_lr=0.1")
+    assert lr_at(0, r) == pytest.approx(0.25)
+    assert lr_at(3, r) == pytest.approx(1.0)
+    assert lr_at(4 + 5, r) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_at(100, r) == pytest.approx(0.1)
+
+
+def test_loss_decreases_and_files_written(small_recipe, tmp_path):
+    r = small_recipe()
+    s = train(r, DistEnv(), RunOptions(out=tmp_path / "run", max_steps=24))
+    losses = _losses(tmp_path / "run")
+    assert losses[-1] < losses[0] - 0.5
+    assert s.status == "aborted" and s.steps == 24 and math.isfinite(s.final_eval_loss)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for k in ("benchmark", "status", "time_to_train_s", "steps", "samples", "tokens", "tokens_per_s", "mfu",
+              "peak_flops", "final_eval_loss", "target", "seed", "device", "world_size"):
+        assert k in summary
+    assert (tmp_path / "run" / "model.safetensors").exists() and (tmp_path / "run" / "config.json").exists()
+
+
+def test_same_seed_same_losses(small_recipe, tmp_path):
+    a = train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "a", max_steps=8, seed=1))
+    b = train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "b", max_steps=8, seed=1))
+    c = train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "c", max_steps=8, seed=2))
+    assert _losses(tmp_path / "a") == _losses(tmp_path / "b")
+    assert _losses(tmp_path / "a") != _losses(tmp_path / "c")
+    assert a.final_eval_loss == b.final_eval_loss
+
+
+def test_reaches_easy_target_with_success(small_recipe, tmp_path):
+    s = train(small_recipe("eval.target=4.0"), DistEnv(), RunOptions(out=tmp_path / "ok"))
+    assert s.status == "success" and s.final_eval_loss <= 4.0
+
+
+def test_finished_run_is_never_overwritten(small_recipe, tmp_path):
+    train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "r", max_steps=2))
+    before = (tmp_path / "r" / "summary.json").read_text()
+    with pytest.raises(TrainError, match="already holds a finished run"):
+        train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "r", max_steps=2))
+    assert (tmp_path / "r" / "summary.json").read_text() == before
+
+
+def test_nan_loss_stops_with_clear_error(small_recipe, tmp_path):
+    with pytest.raises(TrainError, match="loss became (nan|inf|-inf)"):
+        train(small_recipe("train.lr=1e30", "train.end_lr=1e30", "train.grad_clip=0"), DistEnv(),
+              RunOptions(out=tmp_path / "nan", max_steps=20))
