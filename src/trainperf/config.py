@@ -48,6 +48,7 @@ class ModelConfig:
     bias: bool = False
     lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
     lora_alpha: float = 32.0
+    lora_dropout: float = 0.0  # dropout on the adapter's input (training only)
     lora_targets: list[str] = field(default_factory=lambda: ["wq", "wk", "wv", "wo"])
 
     @property
@@ -98,6 +99,11 @@ class TrainConfig:
     fused: str = "auto"  # AdamW implementation: "auto", "fused", "foreach", "for-loop"
     log_every: int = 10
     seed: int = 0
+    # Start from these weights (a .safetensors file or a run dir holding model.safetensors); a LoRA
+    # recipe loads them as its frozen base. init_checkpoint_step = optimizer steps the checkpoint
+    # already stands for: the LR schedule continues from there (MLPerf gpt3 starts at step > 0).
+    init_checkpoint: str = ""
+    init_checkpoint_step: int = 0
 
 
 @dataclass
@@ -121,6 +127,16 @@ class ParallelConfig:
 
 
 @dataclass
+class SmokeConfig:
+    """`trainperf run BENCH --smoke`: the benchmark's control flow shrunk to run in seconds on a CPU."""
+
+    overrides: list[str] = field(default_factory=list)  # section.key=value applied before any --set
+    evals: int = 3  # logged evals before the run stops (aborted)
+    init_steps: int = 0  # >0: first train its own start checkpoint for this many steps
+    enabled: bool = False  # set by --smoke only
+
+
+@dataclass
 class Recipe:
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -128,6 +144,7 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    smoke: SmokeConfig = field(default_factory=SmokeConfig)
     source: str = ""  # file the recipe came from
 
     @property
@@ -243,8 +260,10 @@ def _parse_override(text: str) -> tuple[str, str, str]:
     return section, key, value.strip()
 
 
-def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None) -> Recipe:
-    """Load a recipe by benchmark name or path, apply `section.key=value` overrides, validate it."""
+def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, smoke: bool = False) -> Recipe:
+    """Load a recipe by benchmark name or path, apply `section.key=value` overrides, validate it.
+
+    With `smoke`, the recipe's own `[smoke] overrides` are applied first (the user's come after)."""
     path = _resolve(name_or_path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -256,8 +275,24 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None) 
             raise ConfigError(f"{section}: expected a [section] table")
         for key, value in table.items():
             _apply(recipe, section, key, value)
+    if recipe.smoke.enabled:
+        raise ConfigError("smoke.enabled: set by `trainperf run --smoke`, not by the recipe")
+    smoke_recipe = dataclasses.replace(recipe, smoke=dataclasses.replace(recipe.smoke))
+    for section in ("benchmark", "model", "data", "train", "eval", "parallel"):
+        setattr(smoke_recipe, section, dataclasses.replace(getattr(recipe, section)))
+    for text in recipe.smoke.overrides:  # checked even without --smoke, so a broken recipe fails early
+        section, key, value = _parse_override(text)
+        if section == "smoke":
+            raise ConfigError(f"smoke.overrides: {text!r} cannot change the smoke section itself")
+        _apply(smoke_recipe, section, key, value)
+    if smoke:
+        recipe = smoke_recipe
+        recipe.smoke.enabled = True
     for text in overrides or []:
-        _apply(recipe, *_parse_override(text))
+        section, key, value = _parse_override(text)
+        if (section, key) == ("smoke", "enabled"):
+            raise ConfigError("smoke.enabled: use `trainperf run --smoke`")
+        _apply(recipe, section, key, value)
     validate(recipe)
     return recipe
 
@@ -280,6 +315,8 @@ def validate(r: Recipe) -> None:
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
     _check(m.lora_rank >= 0, "model.lora_rank", "must be >= 0")
+    _check(m.lora_alpha > 0, "model.lora_alpha", "must be > 0")
+    _check(0 <= m.lora_dropout < 1, "model.lora_dropout", "must be in [0, 1)")
     _check(d.tokenizer in ("byte", "bpe") or d.tokenizer.endswith(".json"), "data.tokenizer",
            f"must be 'byte', 'bpe' or a tokenizer.json path, got {d.tokenizer!r}")
     _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
@@ -303,6 +340,11 @@ def validate(r: Recipe) -> None:
            "must be auto, fused, foreach or for-loop")
     _check(t.log_every >= 1, "train.log_every", "must be >= 1")
     _check(t.seed >= 0, "train.seed", "must be >= 0")
+    _check(t.init_checkpoint_step >= 0, "train.init_checkpoint_step", "must be >= 0")
+    _check(t.init_checkpoint_step == 0 or t.init_checkpoint != "", "train.init_checkpoint_step",
+           "needs train.init_checkpoint (the steps a checkpoint stands for)")
+    _check(r.smoke.evals >= 1, "smoke.evals", "must be >= 1")
+    _check(r.smoke.init_steps >= 0, "smoke.init_steps", "must be >= 0")
     _check(e.every_samples >= 1, "eval.every_samples", "must be >= 1")
     _check(e.target > 0, "eval.target", "must be > 0")
     _check(e.metric in ("nats_per_byte", "log_perplexity"), "eval.metric", "must be nats_per_byte or log_perplexity")
