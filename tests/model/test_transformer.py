@@ -37,3 +37,17 @@ def test_lora_freezes_base_and_merges_exactly():
     plain.load_state_dict(merged_state_dict(m), strict=True)
     assert torch.allclose(plain(x), m(x), atol=1e-4)
     assert set(lora_state_dict(m)) == {n for n in m.state_dict() if ".lora_" in n}
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    from trainperf.model.transformer import apply_rope, precompute_rope
+
+    rope = precompute_rope(8, 32, 10000.0)
+    torch.manual_seed(1)
+    q, k = torch.randn(8), torch.randn(8)
+    def score(i, j):
+        qi = apply_rope(q.view(1, 1, 1, 8).expand(1, 1, 32, 8), rope)[0, 0, i]
+        kj = apply_rope(k.view(1, 1, 1, 8).expand(1, 1, 32, 8), rope)[0, 0, j]
+        return float(qi @ kj)
+    assert abs(score(5, 2) - score(20, 17)) < 1e-4
+    assert abs(score(5, 2) - score(5, 3)) > 1e-3

@@ -1,7 +1,7 @@
 """One decoder-only transformer for the GPT-3 and Llama 3 families, chosen by `ModelConfig.family`.
 
 gpt:   learned positions, LayerNorm, GELU MLP, multi-head attention.
-llama: RoPE, RMSNorm, SwiGLU MLP, grouped-query attention.
+llama: RoPE (rotate-half layout, as in HF Llama), RMSNorm, SwiGLU MLP, grouped-query attention.
 
 The model knows nothing of parallelism: `trainperf.parallel` wraps it. Attention goes through
 `F.scaled_dot_product_attention`, so each device picks its fastest kernel (flash on GPU).
@@ -21,9 +21,10 @@ from trainperf.config import ModelConfig
 class LoRALinear(nn.Module):
     """A frozen linear layer plus a trainable low-rank update: y = W x + (alpha/r) * B A x."""
 
-    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float = 0.0):
         super().__init__()
         self.base = base
+        self.dropout = nn.Dropout(dropout)  # on the adapter's input only, as PEFT does
         self.base.weight.requires_grad_(False)
         if self.base.bias is not None:
             self.base.bias.requires_grad_(False)
@@ -33,7 +34,7 @@ class LoRALinear(nn.Module):
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + F.linear(F.linear(x, self.lora_a), self.lora_b) * self.scale
+        return self.base(x) + F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b) * self.scale
 
     @torch.no_grad()
     def merged_weight(self) -> torch.Tensor:
@@ -41,19 +42,18 @@ class LoRALinear(nn.Module):
 
 
 def precompute_rope(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
-    """cos/sin tables of shape (seq_len, head_dim // 2, 2) for rotary embeddings."""
+    """cos and sin tables, shape (2, seq_len, head_dim), in the rotate-half layout (as HF Llama):
+    dimension i is paired with i + head_dim/2 and both use frequency i."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
-    return torch.stack([angles.cos(), angles.sin()], dim=-1)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq).repeat(1, 2)
+    return torch.stack([angles.cos(), angles.sin()])
 
 
 def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) of x: (B, H, T, D) by the angles in rope: (T, D/2, 2)."""
-    xf = x.float().unflatten(-1, (-1, 2))
-    cos, sin = rope[..., 0], rope[..., 1]
-    x0, x1 = xf[..., 0], xf[..., 1]
-    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
-    return out.flatten(-2).type_as(x)
+    """Rotate x: (B, H, T, D) by the angles in rope: (2, T, D); x1/x2 are the two halves of D."""
+    cos, sin = rope[0].to(x.dtype), rope[1].to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 class RMSNorm(nn.Module):
@@ -89,7 +89,7 @@ class Attention(nn.Module):
         k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         if self.use_rope:
-            q, k = apply_rope(q, rope[:T]), apply_rope(k, rope[:T])
+            q, k = apply_rope(q, rope[:, :T]), apply_rope(k, rope[:, :T])
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
 
@@ -143,7 +143,7 @@ class Transformer(nn.Module):
             self.rope = None
         self.init_weights()
         if cfg.lora_rank > 0:
-            add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
+            add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
 
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
@@ -174,14 +174,14 @@ class Transformer(nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
 
 
-def add_lora(model: nn.Module, rank: int, alpha: float, targets: list[str]) -> None:
+def add_lora(model: nn.Module, rank: int, alpha: float, targets: list[str], dropout: float = 0.0) -> None:
     """Freeze every base weight and wrap the named projections (e.g. wq, wv) with LoRA adapters."""
     for p in model.parameters():
         p.requires_grad_(False)
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if name in targets and isinstance(child, nn.Linear):
-                setattr(module, name, LoRALinear(child, rank, alpha))
+                setattr(module, name, LoRALinear(child, rank, alpha, dropout))
 
 
 def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -1,0 +1,88 @@
+"""Plain safetensors weights in and out of a model: start checkpoints and LoRA adapters on their own.
+
+A start checkpoint holds trainperf's parameter names without adapters (what `model.safetensors` of a
+run holds: LoRA merged, a tied output head stored once as the embedding). Loading it into a LoRA
+model fills the frozen base weights (`wq.weight` -> `wq.base.weight`) and leaves the adapters as
+initialised. Adapters are saved and loaded as their own small file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from trainperf.model.transformer import lora_state_dict
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, unreadable or does not fit the model; one-line message."""
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
+    if path.is_dir():
+        path = path / "model.safetensors"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+@torch.no_grad()
+def load_base_weights(model: nn.Module, path: str | Path) -> int:
+    """Copy a start checkpoint into `model` (before it is wrapped for parallelism). Every non-adapter
+    parameter must be in the file with the right shape; returns the number of tensors loaded."""
+    path = Path(path)
+    sd = _read(path)
+    own = model.state_dict()
+    tied = getattr(getattr(model, "cfg", None), "tie_embeddings", False)
+    loaded = 0
+    for name, dest in own.items():
+        if ".lora_" in name:
+            continue
+        src_name = name.replace(".base.", ".", 1) if name not in sd and ".base." in name else name
+        if src_name not in sd:
+            if tied and name == "output.weight":
+                continue  # the tied head is the embedding, loaded as tok_emb.weight
+            raise CheckpointError(f"{path}: no tensor '{src_name}' (the checkpoint does not match model.*)")
+        src = sd[src_name]
+        if tuple(src.shape) != tuple(dest.shape):
+            raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
+        dest.copy_(src.to(dest.dtype))
+        loaded += 1
+    return loaded
+
+
+def save_adapters(model: nn.Module, path: Path) -> Path:
+    """Just the LoRA adapters, written atomically (tmp + rename)."""
+    sd = {k: v.detach().to("cpu").contiguous() for k, v in lora_state_dict(model).items()}
+    if not sd:
+        raise CheckpointError("the model has no LoRA adapters to save")
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(sd, str(tmp), metadata={"format": "pt", "content": "lora_adapters"})
+    tmp.replace(path)
+    return path
+
+
+@torch.no_grad()
+def load_adapters(model: nn.Module, path: str | Path) -> int:
+    """Load adapters saved by `save_adapters` into a model with the same LoRA layout."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "adapters.safetensors"
+    sd = _read(path)
+    own = lora_state_dict(model)
+    if set(sd) != set(own):
+        missing, extra = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
+        raise CheckpointError(f"{path}: adapters do not match the model (missing {missing[:2]}, extra {extra[:2]})")
+    params = dict(model.named_parameters())
+    for k, v in sd.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise CheckpointError(f"{path}: '{k}' has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
+        params[k].copy_(v.to(params[k].dtype))
+    return len(sd)
