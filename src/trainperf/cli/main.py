@@ -18,7 +18,7 @@ EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
 # parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
 # CLIError) gives the one-line error exits below.
-_SUBCOMMAND_MODULES: list[str] = []
+_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd"]
 
 
 def _common() -> argparse.ArgumentParser:
@@ -38,6 +38,7 @@ def _add_run(sub) -> None:
     p.add_argument("--max-steps", type=int, default=0, help="stop (aborted) after this many steps")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
+    p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars into the run directory")
 
 
 def _add_data(sub) -> None:
@@ -78,9 +79,18 @@ def cmd_run(args) -> int:
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     env = init_env(args.device)
     display = RunDisplay(enabled=env.is_main, live=not args.no_progress and sys.stdout.isatty())
-    with display:
-        summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps,
-                                                on_event=display.update))
+    tb = None
+    if getattr(args, "tensorboard", False):
+        from trainperf.report.tensorboard import TensorBoardWriter
+
+        tb = TensorBoardWriter(out, then=display.update)
+    try:
+        with display:
+            summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps,
+                                                    on_event=tb or display.update))
+    finally:
+        if tb is not None:
+            tb.close()  # what a failed run logged stays readable
     if env.is_main:
         display.print_summary(summary)
     return 0 if summary.status == "success" else 3

@@ -1,0 +1,96 @@
+"""`trainperf report`, `trainperf export`, `trainperf sample`: what people look at and load after a run."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import contextmanager
+from pathlib import Path
+
+from trainperf.cli.main import CLIError, CLIFailure
+
+
+@contextmanager
+def _one_line_errors():
+    """The report part's own errors become the CLI's one-line failures (exit 1)."""
+    from trainperf.report.export import ExportError
+    from trainperf.report.rundir import RunDirError
+    from trainperf.report.scaling import PlanError
+
+    try:
+        yield
+    except (RunDirError, PlanError, ExportError) as e:
+        raise CLIFailure(str(e)) from None
+
+
+def cmd_report(args) -> int:
+    from trainperf.report.page import build_report
+
+    with _one_line_errors():
+        rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
+                           force=args.force, published=args.published)
+    for run, v in zip(args.run_dirs, rep.verdicts):
+        print(f"{run}: compliance {v.status} ({v.detail})")
+    for sc in rep.scores:
+        val = f"{sc.minutes:.3f} min" if sc.minutes is not None else "—"
+        print(f"score {sc.benchmark} [{sc.group}]: {val} ({sc.note})")
+    print(f"wrote {rep.index} and {len(rep.images)} PNGs ({', '.join(p.name for p in rep.images)})")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from trainperf.report.export import export_hf
+
+    with _one_line_errors():
+        out = export_hf(args.run_dir, args.out)
+    print(f"wrote {out}/ (config.json, model.safetensors, tokenizer.json, tokenizer_config.json); load it with "
+          f"transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    return 0
+
+
+def cmd_sample(args) -> int:
+    from trainperf.report.sample import sample
+
+    if args.max_new_tokens < 1 or args.num_samples < 1:
+        raise CLIError("--max-new-tokens and --num-samples must be >= 1")
+    if args.temperature < 0:
+        raise CLIError("--temperature must be >= 0 (0: always the most likely token)")
+    with _one_line_errors():
+        texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
+                       args.top_k, args.seed, args.device)
+    for i, text in enumerate(texts):
+        if len(texts) > 1:
+            print(f"----- sample {i + 1}")
+        print(text)
+    return 0
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("report", parents=[common],
+                       help="one HTML page (+ PNGs) about finished runs: convergence, throughput, compliance")
+    p.add_argument("run_dirs", nargs="*", type=Path, metavar="RUNDIR", help="run directories of `trainperf run`")
+    p.add_argument("--out", type=Path, default=Path("report"), help="output folder (default: report/)")
+    p.add_argument("--plan", action="append", default=[], type=Path, metavar="JSON",
+                   help="`trainperf plan ... --json` output to draw as a scaling curve (repeatable)")
+    p.add_argument("--published", type=Path, default=None, metavar="CSV",
+                   help="published MLPerf results to draw beside the plan (default: the package's copy)")
+    p.add_argument("--no-check", action="store_true", help="skip the official compliance checker")
+    p.add_argument("--force", action="store_true", help="replace an existing report in --out")
+    p.set_defaults(handler=cmd_report)
+
+    e = sub.add_parser("export", parents=[common],
+                       help="write a run's model as a Hugging Face checkpoint (LlamaForCausalLM / GPT2LMHeadModel)")
+    e.add_argument("run_dir", type=Path, metavar="RUNDIR")
+    e.add_argument("--format", choices=["hf"], default="hf", help="checkpoint format (hf: transformers)")
+    e.add_argument("--out", type=Path, required=True, help="new folder for the checkpoint")
+    e.set_defaults(handler=cmd_export)
+
+    s = sub.add_parser("sample", parents=[common], help="generate text from a trained run's model")
+    s.add_argument("run_dir", type=Path, metavar="RUNDIR")
+    s.add_argument("--prompt", default="def ", help='text to continue (default "def ")')
+    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--num-samples", type=int, default=1)
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--top-k", type=int, default=50)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default="cpu", help="cpu or cuda")
+    s.set_defaults(handler=cmd_sample)

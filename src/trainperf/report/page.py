@@ -1,0 +1,183 @@
+"""`trainperf report`: one self-contained HTML page (PNGs inlined as data URIs, and also written beside
+it) about one or more finished runs, and optionally a `trainperf plan` scaling curve."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trainperf
+from trainperf.report import plots
+from trainperf.report.rundir import RunData, RunDirError, load_run
+from trainperf.report.scaling import load_plan, load_published, published_csv
+from trainperf.report.verdict import Score, Verdict, compliance, score_runs
+
+
+@dataclass
+class Report:
+    index: Path
+    images: list[Path] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _fmt_time(s: float) -> str:
+    if not math.isfinite(s):
+        return "—"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.2f} min"
+    return f"{s / 3600:.2f} h"
+
+
+def _fmt_num(x: float) -> str:
+    for div, suf in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suf}"
+    return f"{x:.3g}"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;background:#f6f7f9;
+color:#1d2329}
+main{max-width:1180px;margin:0 auto;padding:20px 24px 40px}
+h1{font-size:1.5em;margin:0 0 4px} h2{font-size:1.15em;margin:28px 0 8px;border-bottom:1px solid #d6dae0;
+padding-bottom:4px}
+.meta{color:#5b6570;font-size:.88em}
+.scroll{overflow-x:auto;background:#fff;border:1px solid #d6dae0;border-radius:6px}
+table{border-collapse:collapse;width:100%;font-size:.86em}
+th,td{padding:6px 9px;border-bottom:1px solid #e8ebef;text-align:left;white-space:nowrap;vertical-align:top}
+th{background:#eef1f4;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.wrap{white-space:normal;min-width:220px;max-width:420px}
+.pass{color:#0a7a35;font-weight:600}.fail{color:#b3261e;font-weight:600}.na{color:#6b7280}
+figure{margin:10px 0;background:#fff;border:1px solid #d6dae0;border-radius:6px;padding:8px}
+figure img{width:100%;height:auto;display:block} figcaption{font-size:.84em;color:#4b5560;margin-top:4px}
+"""
+
+
+def _verdict_cell(v: Verdict) -> str:
+    cls = {"pass": "pass", "fail": "fail"}.get(v.status, "na")
+    return f'<td class="wrap"><span class="{cls}">{html.escape(v.status)}</span> — {html.escape(v.detail)}</td>'
+
+
+def _runs_table(runs: list[RunData], verdicts: list[Verdict]) -> str:
+    head = ["run", "benchmark", "device", "world size", "status", "time to train", "steps", "tokens",
+            "final loss / target", "tokens/s", "MFU", "compliance (official checker)"]
+    rows = []
+    for run, v in zip(runs, verdicts):
+        s = run.summary
+        loss = s.get("final_eval_loss", math.nan)
+        mfu = s.get("mfu")
+        mfu_cell = f"{100 * mfu:.1f}%" if isinstance(mfu, (int, float)) else "—"
+        peak = html.escape(str(s.get("peak_source", "")), quote=True)
+        rows.append(
+            "<tr>"
+            f'<td title="{html.escape(str(run.path), quote=True)}">{html.escape(run.name)}</td>'
+            f"<td>{html.escape(str(s['benchmark']))}</td><td>{html.escape(str(s.get('device', '?')))}</td>"
+            f'<td class="num">{s.get("world_size", "?")}</td><td>{html.escape(str(s["status"]))}</td>'
+            f'<td class="num">{_fmt_time(float(s["time_to_train_s"]))}</td>'
+            f'<td class="num">{s.get("steps", "—")}</td>'
+            f'<td class="num">{_fmt_num(float(s.get("tokens", math.nan)))}</td>'
+            f'<td class="num">{loss:.4g} / {run.target:g}</td>'
+            f'<td class="num">{_fmt_num(float(s.get("tokens_per_s", math.nan)))}</td>'
+            f'<td class="num" title="relative to {peak}">{mfu_cell}</td>'
+            f"{_verdict_cell(v)}</tr>")
+    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{h}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def _score_table(scores: list[Score]) -> str:
+    rows = []
+    for sc in scores:
+        val = f"{sc.minutes:.3f} min" if sc.minutes is not None else "—"
+        rows.append(f"<tr><td>{html.escape(sc.benchmark)}</td><td>{html.escape(sc.group)}</td>"
+                    f'<td class="num">{sc.runs}</td><td class="num">{sc.required}</td>'
+                    f'<td class="num">{val}</td><td class="wrap">{html.escape(sc.note)}</td></tr>')
+    head = ["benchmark", "system (world size x device)", "runs", "runs required", "score", "how"]
+    return ('<div class="scroll"><table><thead><tr>' + "".join(f"<th>{h}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def _figure(name: str, png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img alt="{html.escape(caption, quote=True)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>")
+
+
+def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | Path] = (),
+                 check: bool = True, force: bool = False, published: Path | None = None) -> Report:
+    """Write `out/index.html` and the PNGs it shows; returns what was written and the verdicts."""
+    if not run_dirs and not plans:
+        raise RunDirError("report: give at least one run directory (or a --plan JSON)")
+    out = Path(out)
+    if (out / "index.html").exists() and not force:
+        raise FileExistsError(f"{out / 'index.html'}: exists; choose another --out or pass --force")
+    runs = [load_run(p) for p in run_dirs]
+    seen: dict[Path, str] = {}
+    for run in runs:
+        key = run.path.resolve()
+        if key in seen:
+            raise RunDirError(f"{run.path}: given twice")
+        seen[key] = run.name
+    plan_data = [load_plan(p) for p in plans]
+    verdicts = [compliance(r) if check else Verdict("n/a", "not checked (--no-check)") for r in runs]
+    scores = score_runs(runs, verdicts) if runs else []
+
+    figures: list[tuple[str, bytes, str]] = []
+    if runs:
+        figures.append(("loss.png", plots.fig_loss(runs),
+                        "Validation loss against wall-clock time since run_start and against training "
+                        "tokens; dashed line: the quality target; star: the evaluation that reached it"))
+        figures.append(("throughput.png", plots.fig_throughput(runs),
+                        "Training tokens/s and MFU per logging interval (evaluation time excluded); MFU is "
+                        "relative to the peak in each run's summary"))
+        figures.append(("breakdown.png", plots.fig_breakdown(runs),
+                        "Time from run_start to run_stop split by the loop's timers, and the final save"))
+    for j, (bench, points) in enumerate(plan_data):
+        bench = bench or (runs[0].summary["benchmark"] if runs else None)
+        kinds = {p.gpu for p in points}
+        pub = load_published(bench, kinds, published)
+        src = published or published_csv()
+        note = (f"{len(pub)} published MLPerf results from {src.name}" if pub else
+                "no published results for these GPU kinds" if src.is_file() else
+                "no published results file in this installation")
+        figures.append((f"scaling{'' if j == 0 else j + 1}.png", plots.fig_scaling(bench, points, pub),
+                        f"Predicted time to train vs GPU count ({Path(plans[j]).name}); {note}"))
+
+    out.mkdir(parents=True, exist_ok=True)
+    images = []
+    for name, png, _ in figures:
+        _atomic_write(out / name, png)
+        images.append(out / name)
+
+    title = "trainperf report"
+    if runs:
+        title += ": " + ", ".join(sorted({str(r.summary["benchmark"]) for r in runs}))
+    parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
+             f"</title><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+             f"<style>{_CSS}</style></head><body><main>",
+             f"<h1>{html.escape(title)}</h1>",
+             f'<p class="meta">{len(runs)} run(s) · generated {time.strftime("%Y-%m-%d %H:%M:%S %Z")} by '
+             f"trainperf {html.escape(trainperf.__version__)}</p>"]
+    if runs:
+        parts += ["<h2>Runs</h2>", _runs_table(runs, verdicts), "<h2>Score</h2>", _score_table(scores)]
+    titles = {"loss.png": "Convergence", "throughput.png": "Throughput", "breakdown.png": "Time breakdown"}
+    for name, png, caption in figures:
+        parts.append(f"<h2>{titles.get(name, 'Scaling')}</h2>")
+        parts.append(_figure(name, png, caption))
+    parts.append("</main></body></html>\n")
+    index = out / "index.html"
+    _atomic_write(index, "\n".join(parts).encode("utf-8"))
+    return Report(index=index, images=images, verdicts=verdicts, scores=scores)

@@ -1,0 +1,121 @@
+"""Points for the scaling chart: `trainperf plan` predictions and published MLPerf results.
+
+The plan JSON is read leniently: any list of objects with a GPU count and minutes counts as points
+(`[{"gpu": "h100", "gpus": 512, "minutes": 64.2}, ...]`, or such lists nested under keys, where a key
+may name the GPU kind), so the report follows the planner's output as it grows.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import trainperf
+
+
+class PlanError(ValueError):
+    """A plan JSON file the report cannot use; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Point:
+    gpu: str  # canonical kind, e.g. "h100"
+    gpus: int
+    minutes: float
+    label: str = ""  # submitter / system for published results
+
+
+# Longest match wins, so "gb200" is not read as "b200".
+KNOWN_KINDS = ("a100", "h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x",
+               "mi355x", "gaudi2", "l40s", "tpuv5p", "tpuv5e", "trillium")
+_COUNT_KEYS = ("gpus", "num_gpus", "gpu_count", "count", "num_accelerators", "n_gpus")
+_MINUTE_KEYS = ("minutes", "predicted_minutes", "time_to_train_min", "ttt_minutes")
+
+
+def canonical_kind(name: str) -> str:
+    norm = re.sub(r"[^a-z0-9]", "", name.lower())
+    hits = [k for k in KNOWN_KINDS if k in norm]
+    return max(hits, key=len) if hits else norm
+
+
+def _first(d: dict, keys: tuple[str, ...]):
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return None
+
+
+def _walk(obj, gpu_hint: str | None, bench_hint: str | None, out: list[tuple[str | None, Point]]) -> None:
+    if isinstance(obj, list):
+        for item in obj:
+            _walk(item, gpu_hint, bench_hint, out)
+        return
+    if not isinstance(obj, dict):
+        return
+    bench = obj.get("benchmark") if isinstance(obj.get("benchmark"), str) else bench_hint
+    gpu = obj.get("gpu") if isinstance(obj.get("gpu"), str) else gpu_hint
+    count, minutes = _first(obj, _COUNT_KEYS), _first(obj, _MINUTE_KEYS)
+    if gpu and isinstance(count, (int, float)) and isinstance(minutes, (int, float)) and count > 0 and minutes > 0:
+        out.append((bench, Point(canonical_kind(gpu), int(count), float(minutes))))
+        return
+    for key, value in obj.items():
+        if isinstance(value, (list, dict)):
+            # a key like "h100" under which a list of points sits names their GPU kind
+            hint = key if canonical_kind(key) in KNOWN_KINDS else gpu
+            _walk(value, hint, bench, out)
+
+
+def load_plan(path: str | Path) -> tuple[str | None, list[Point]]:
+    """(benchmark named in the file or None, predicted points) from `trainperf plan ... --json` output."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PlanError(f"{path}: not readable JSON ({e})") from None
+    found: list[tuple[str | None, Point]] = []
+    _walk(raw, None, None, found)
+    if not found:
+        raise PlanError(f"{path}: no points with a GPU kind, a GPU count and minutes "
+                        f"(expected e.g. [{{\"gpu\": \"h100\", \"gpus\": 512, \"minutes\": 64.2}}])")
+    benches = {b for b, _ in found if b}
+    bench = benches.pop() if len(benches) == 1 else None
+    return bench, sorted({p for _, p in found}, key=lambda p: (p.gpu, p.gpus))
+
+
+def published_csv() -> Path:
+    """The package's copy of published MLPerf results (kept by `trainperf.plan`)."""
+    return Path(trainperf.__file__).parent / "plan" / "data" / "mlperf_results.csv"
+
+
+def _bench_matches(plan_bench: str, csv_bench: str) -> bool:
+    # recipes are named after the model size (gpt3_175b); MLPerf's tables by family (gpt3)
+    a, b = plan_bench.lower(), csv_bench.lower()
+    return a == b or a.startswith(b + "_") or b.startswith(a + "_")
+
+
+def load_published(benchmark: str | None, kinds: set[str], path: Path | None = None) -> list[Point]:
+    """Published results of `benchmark` on the GPU kinds in `kinds`; [] when the CSV is absent."""
+    path = path or published_csv()
+    if not path.is_file() or benchmark is None:
+        return []
+    points = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            try:
+                count = int(float(_first(row, _COUNT_KEYS) or 0))
+                minutes = float(row.get("minutes") or 0)
+            except ValueError:
+                continue
+            kind = canonical_kind(row.get("accelerator", ""))
+            if count <= 0 or minutes <= 0 or kind not in kinds:
+                continue
+            if not _bench_matches(benchmark, row.get("benchmark", "")):
+                continue
+            label = f"{row.get('submitter', '')} {row.get('version') or row.get('round', '')}".strip()
+            points.append(Point(kind, count, minutes, label))
+    return points
