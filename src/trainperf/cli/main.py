@@ -18,7 +18,7 @@ EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
 # parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
 # CLIError) gives the one-line error exits below.
-_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd"]
+_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd"]
 
 
 def _common() -> argparse.ArgumentParser:

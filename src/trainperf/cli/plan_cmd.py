@@ -1,0 +1,312 @@
+"""`trainperf plan`: predict time-to-train of an MLPerf LLM benchmark on a GPU cluster, search the
+parallel layout, and check the model against published MLPerf results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainperf.cli.main import CLIError, CLIFailure
+
+EPILOG = """examples:
+  trainperf plan gpt3_175b --gpu h100 --gpus 10752
+  trainperf plan llama2_70b_lora --gpu h200 --gpus 512 --vs h100
+  trainperf plan llama31_405b --gpu gb200 --gpus 2048 --explain
+  trainperf plan llama31_8b --gpu h200 --gpus 8 --layout tp=1,pp=1,dp=8,mbs=1 --json
+  trainperf plan validate
+  trainperf plan sweep gpt3_175b --gpu h100,h200,gb200 --gpus 64..16384 --plot scaling.png
+  trainperf plan calibrate            (refit calibration.toml on the fit rows)"""
+
+
+def add_parser(sub, common) -> None:
+    p = sub.add_parser("plan", help="predict time-to-train on a GPU cluster and search the layout",
+                       parents=[common], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", help="benchmark (gpt3_175b, llama31_405b, llama31_8b, llama2_70b_lora), "
+                                "or validate | sweep | calibrate")
+    p.add_argument("bench", nargs="?", help="the benchmark, after 'sweep'")
+    p.add_argument("--gpu", help="GPU kind (a100, h100, h200, b200, gb200, b300, gb300); sweep: comma list")
+    p.add_argument("--gpus", help="GPU count; sweep: A..B (powers of two) or A,B,C")
+    p.add_argument("--network", default=None, help="scale-out network (ib_ndr, ib_xdr, roce_400, ...); default: the GPU's")
+    p.add_argument("--vs", default=None, metavar="GPU", help="also plan on this GPU kind and report the speed-up")
+    p.add_argument("--explain", action="store_true", help="where the step time and memory go")
+    p.add_argument("--layout", default=None, help="fix part of the layout: tp=,pp=,vpp=,dp=,cp=,mbs=,gbs=,recompute=,precision=")
+    p.add_argument("--gbs", type=int, default=None, help="global batch (default: searched inside the RCP range)")
+    p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], default=None,
+                   help="matmul format (default: the fastest the GPU has)")
+    p.add_argument("--top", type=int, default=5, help="layouts to list")
+    p.add_argument("--calibrate", metavar="RUNDIR", default=None,
+                   help="refit the compute efficiency from a trainperf run's summary.json")
+    p.add_argument("--plot", metavar="PNG", default=None, help="sweep: write scaling + breakdown figure")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--benchmark", dest="only", default=None, help="validate: only this benchmark")
+    p.set_defaults(handler=cmd_plan)
+
+
+def _calibration(args):
+    from trainperf.plan.calibration import load_calibration, read_run, refit_from_run
+    from trainperf.plan.hardware import get_gpu, gpu_for_result
+
+    cal = load_calibration()
+    if not args.calibrate:
+        return cal, None
+    run = read_run(args.calibrate)
+    g = gpu_for_result(run.device)
+    note = None
+    if g is None:
+        if not args.gpu:
+            raise CLIError(f"--calibrate: the run was on '{run.device}', not a catalog GPU; give --gpu to say "
+                           "which generation its efficiency should stand for")
+        g = get_gpu(args.gpu.split(",")[0])
+        note = (f"run measured on '{run.device}' (not a catalog GPU): its efficiency is applied to "
+                f"{g.generation} as asked by --gpu")
+    cal = refit_from_run(cal, g.generation, run)
+    note = note or f"{g.generation} efficiency refit from the run on {run.device}"
+    return cal, note
+
+
+def cmd_plan(args) -> int:
+    from trainperf.config import ConfigError
+
+    if args.what == "validate":
+        return _validate(args)
+    if args.what == "calibrate":
+        return _calibrate(args)
+    if args.what == "sweep":
+        if not args.bench:
+            raise CLIError("plan sweep: name the benchmark, e.g. plan sweep gpt3_175b --gpu h100 --gpus 64..4096")
+        return _sweep(args)
+    if args.bench:
+        raise CLIError(f"plan: unexpected argument '{args.bench}'")
+    if not args.gpu or not args.gpus:
+        raise CLIError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
+    try:
+        n = int(args.gpus)
+    except ValueError:
+        raise CLIError(f"--gpus: expected an integer, got '{args.gpus}'") from None
+    if args.top < 1:
+        raise CLIError("--top must be >= 1")
+    from trainperf.plan.api import PlanError, make_plan
+    from trainperf.plan.search import parse_layout
+
+    cal, note = _calibration(args)
+    layout = parse_layout(args.layout) if args.layout else None
+    try:
+        plan = make_plan(args.what, args.gpu, n, network=args.network, layout=layout, gbs=args.gbs,
+                         precision=args.precision, calib=cal, top=args.top)
+        other = None
+        if args.vs:
+            other = make_plan(plan.bench, args.vs, n, network=args.network, layout=layout, gbs=args.gbs,
+                              precision=args.precision if args.precision else None, calib=cal, top=args.top)
+    except PlanError as e:
+        raise CLIFailure(str(e)) from None
+    except ConfigError:
+        raise
+    if args.json:
+        d = plan.to_dict()
+        if note:
+            d["calibration"]["note"] = note
+        if other:
+            d["vs"] = other.to_dict()
+            d["speedup"] = round(other.best.minutes / plan.best.minutes, 4)
+        print(json.dumps(d, indent=1))
+        return 0
+    print_plan(plan, explain=args.explain, note=note)
+    if other:
+        print_vs(plan, other)
+    return 0
+
+
+def _validate(args) -> int:
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.validate import load_results, summary, validate
+
+    cal, _ = _calibration(args)
+    results = load_results()
+    if args.only:
+        results = [r for r in results if args.only in (r.benchmark,) or r.benchmark in args.only]
+        if not results:
+            raise CLIError(f"--benchmark: no published rows for '{args.only}'")
+    rows = validate(cal, results)
+    s = summary(rows)
+    if args.json:
+        out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source}, "rows": [
+            {"round": r.result.round, "benchmark": r.result.benchmark, "submitter": r.result.submitter,
+             "accelerator": r.result.accelerator, "gpus": r.result.n_gpus, "global_batch_size": r.result.gbs,
+             "actual_minutes": r.result.minutes, "split": "fit" if r.result.fit else "held_out",
+             "predicted_minutes": round(r.estimate.minutes, 4) if r.estimate else None,
+             "error_pct": round(100 * r.error, 2) if r.estimate else None,
+             "layout": r.estimate.layout.to_dict() if r.estimate else None, "skipped": r.reason or None,
+             "source": r.result.source} for r in rows]}
+        print(json.dumps(out, indent=1))
+        return 0
+    print_validation(rows, s, cal)
+    return 0
+
+
+def _calibrate(args) -> int:
+    from trainperf.plan.calibration import Calibration, save_calibration
+    from trainperf.plan.validate import fit, summary, validate
+
+    cal = fit(Calibration(), log=lambda m: print(m, file=sys.stderr))
+    path = save_calibration(cal)
+    s = summary(validate(cal))
+    print(f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
+          f"held-out MAPE {s['held_out']['mape']}% on {s['held_out']['rows']} rows")
+    return 0
+
+
+def _sweep(args) -> int:
+    from trainperf.plan.api import parse_gpus, sweep
+
+    if not args.gpu or not args.gpus:
+        raise CLIError("plan sweep: --gpu and --gpus are required (e.g. --gpu h100,h200 --gpus 64..4096)")
+    kinds = [g.strip() for g in args.gpu.split(",") if g.strip()]
+    counts = parse_gpus(args.gpus)
+    cal, _ = _calibration(args)
+    points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs)
+    if args.plot:
+        if not any(p.estimate for p in points):
+            raise CLIFailure("plan sweep: no point has a layout that fits; nothing to plot")
+        from trainperf.plan.plot import plot_sweep
+
+        plot_sweep(points, args.bench, args.plot)
+    if args.json:
+        print(json.dumps([{"gpu": p.gpu, "gpus": p.n_gpus, **(p.estimate.to_dict() if p.estimate else {}),
+                           **({"error": p.reason} if not p.estimate else {})} for p in points], indent=1))
+        return 0
+    print_sweep(args.bench, points, args.plot)
+    return 0
+
+
+# -- tables for people ---------------------------------------------------------------------------
+
+def _console():
+    from rich.console import Console
+
+    # piped output (files, CI logs) gets a width the wide tables fit in instead of rich's 80 columns
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+
+
+def _lay(e) -> str:
+    return e.layout.short()
+
+
+def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
+    from rich.table import Table
+
+    c = _console()
+    b, cl, best = plan.bench, plan.cluster, plan.best
+    c.print(f"[bold]{b.name}[/] on {cl.describe()}")
+    c.print(f"model: {b.model_source}; calibration: {plan.calibration.source} "
+            f"({cl.gpu.generation} GEMM efficiency {plan.calibration.efficiency(cl.gpu.generation):.3f})")
+    if note:
+        c.print(f"note: {note}")
+    c.print(f"searched {plan.result.evaluated:,} layouts in {plan.seconds:.2f} s")
+    t = Table(title="fastest layouts")
+    for col in ("#", "minutes", "step s", "MFU", "mem GB", "tp", "pp", "vpp", "dp", "cp", "mbs", "gbs",
+                "recompute", "precision"):
+        t.add_column(col, justify="right" if col not in ("recompute", "precision") else "left")
+    for i, e in enumerate(plan.result.best, 1):
+        L = e.layout
+        t.add_row(str(i), f"{e.minutes:.3f}", f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
+                  f"{e.memory.total / 1e9:.1f}", str(L.tp), str(L.pp), str(L.vpp), str(L.dp), str(L.cp),
+                  str(L.mbs), str(L.gbs), L.recompute, L.precision)
+    c.print(t)
+    c.print(f"best: [bold]{best.minutes:.3f} min[/] = {best.steps:,.0f} steps x {best.step_time_s:.3f} s "
+            f"({best.samples:,.0f} samples to target at GBS {best.layout.gbs}, RCP {best.rcp_ruleset}"
+            f"{'' if best.gbs_in_rcp_range else ', OUTSIDE the RCP range'}) + {best.evals:.1f} evals "
+            f"({best.eval_s / 60:.3f} min) + {best.overhead_s / 60:.3f} min fixed; "
+            f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
+    if explain:
+        print_explain(best)
+
+
+def print_explain(e) -> None:
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title=f"one step ({e.step_time_s:.4f} s) of {e.layout.short()}")
+    t.add_column("component")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    labels = {"compute": "compute (GEMMs + attention)", "tp": "exposed tensor-parallel comm",
+              "cp": "exposed context-parallel comm", "pp_bubble": "pipeline bubble",
+              "dp": "exposed data-parallel comm", "other": "other (element-wise, optimizer, p2p)"}
+    for k, v in e.breakdown.items():
+        t.add_row(labels.get(k, k), f"{v:.4f}", f"{100 * v / e.step_time_s:.1f}%")
+    c.print(t)
+    m = Table(title=f"memory per GPU ({e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB)")
+    m.add_column("part")
+    m.add_column("GB", justify="right")
+    for k, v in e.memory.as_gb().items():
+        m.add_row(k, f"{v:.2f}")
+    c.print(m)
+    L = e.layout
+    c.print(f"micro-batches per step {L.microbatches}; bubble share (p-1)/(v*m) = "
+            f"{(L.pp - 1) / (L.vpp * L.microbatches):.3f}; time-to-train = train {e.train_s / 60:.3f} + "
+            f"eval {e.eval_s / 60:.3f} + fixed {e.overhead_s / 60:.3f} min")
+
+
+def print_vs(a, b) -> None:
+    c = _console()
+    sp = b.best.minutes / a.best.minutes
+    c.print(f"\n[bold]{a.cluster.gpu.key}[/] {a.best.minutes:.3f} min vs [bold]{b.cluster.gpu.key}[/] "
+            f"{b.best.minutes:.3f} min ({b.best.layout.short()}): "
+            f"speed-up of {a.cluster.gpu.key} over {b.cluster.gpu.key} = [bold]{sp:.2f}x[/]")
+
+
+def print_validation(rows, s, cal) -> None:
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title="published MLPerf results: predicted vs actual minutes")
+    for col in ("round", "benchmark", "submitter", "GPUs", "accelerator", "GBS", "actual", "predicted",
+                "error", "split"):
+        t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "error") else "left")
+    for r in rows:
+        if r.estimate is None:
+            continue
+        x = r.result
+        t.add_row(x.round, x.benchmark, x.submitter[:22], str(x.n_gpus), x.accelerator[:28], str(x.gbs),
+                  f"{x.minutes:.3f}", f"{r.estimate.minutes:.3f}", f"{100 * r.error:+.1f}%",
+                  "fit" if x.fit else "held-out")
+    c.print(t)
+    skipped = [r for r in rows if r.estimate is None]
+    if skipped:
+        kinds = sorted({f"{r.result.accelerator} ({r.reason})" for r in skipped})
+        c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
+    m = Table(title="mean absolute percentage error")
+    m.add_column("benchmark")
+    m.add_column("fit rows", justify="right")
+    m.add_column("fit MAPE", justify="right")
+    m.add_column("held-out rows", justify="right")
+    m.add_column("held-out MAPE", justify="right")
+    benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
+    for bname in benches + ["overall"]:
+        f = s["fit"] if bname == "overall" else s["fit"]["per_benchmark"].get(bname, {})
+        h = s["held_out"] if bname == "overall" else s["held_out"]["per_benchmark"].get(bname, {})
+        fm = f"{f['mape']:.1f}%" if f.get("mape") is not None else "-"
+        hm = f"{h['mape']:.1f}%" if h.get("mape") is not None else "-"
+        m.add_row(bname, str(f.get("rows", 0)), fm, str(h.get("rows", 0)), hm)
+    c.print(m)
+    c.print(f"calibration: {cal.fitted_on}")
+
+
+def print_sweep(bench, points, plot) -> None:
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title=f"{bench}: predicted time-to-train")
+    for col in ("gpu", "GPUs", "minutes", "step s", "MFU", "layout"):
+        t.add_column(col, justify="right" if col in ("GPUs", "minutes", "step s", "MFU") else "left")
+    for p in points:
+        e = p.estimate
+        if e is None:
+            t.add_row(p.gpu, str(p.n_gpus), "-", "-", "-", p.reason[:70])
+        else:
+            t.add_row(p.gpu, str(p.n_gpus), f"{e.minutes:.2f}", f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
+                      e.layout.short())
+    c.print(t)
+    if plot:
+        c.print(f"wrote {plot}")

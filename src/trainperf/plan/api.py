@@ -1,0 +1,137 @@
+"""What the CLI calls: plan one benchmark on one cluster, compare two GPU kinds, sweep GPU counts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from trainperf.config import ConfigError
+from trainperf.plan.calibration import Calibration, load_calibration
+from trainperf.plan.hardware import Cluster, cluster
+from trainperf.plan.perf import Estimate, Layout, Model
+from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
+from trainperf.plan.workload import Benchmark, load_benchmark
+
+
+class PlanError(Exception):
+    """Nothing can run (no layout fits, GBS cannot be split): a failure, not a usage error."""
+
+
+@dataclass
+class Plan:
+    bench: Benchmark
+    cluster: Cluster
+    calibration: Calibration
+    result: SearchResult
+    seconds: float
+    fixed: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> Estimate:
+        return self.result.best[0]
+
+    def to_dict(self) -> dict:
+        b = self.best
+        d = {
+            "benchmark": self.bench.name, "mlperf_benchmark": self.bench.mlperf,
+            "model_source": self.bench.model_source,
+            "gpu": self.cluster.gpu.key, "gpu_name": self.cluster.gpu.name, "gpus": self.cluster.n_gpus,
+            "network": self.cluster.network.key, "nvlink_domain": self.cluster.gpu.nvlink_domain,
+            **b.to_dict(),
+            "layouts": [e.to_dict() for e in self.result.best[1:]],
+            "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
+                       "fixed": self.fixed},
+            "calibration": {"generation": self.cluster.gpu.generation,
+                            "gemm_efficiency": round(self.calibration.efficiency(self.cluster.gpu.generation), 4),
+                            "fitted_on": self.calibration.fitted_on, "source": self.calibration.source},
+        }
+        return d
+
+
+def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None = None,
+              layout: dict | None = None, gbs: int | None = None, precision: str | None = None,
+              calib: Calibration | None = None, top: int = 5, round_: str | None = None,
+              ceiling: str = "fp4") -> Plan:
+    b = bench if isinstance(bench, Benchmark) else load_benchmark(bench, round_)
+    cl = cluster(gpu, n_gpus, network)
+    cal = calib or load_calibration()
+    model = Model(b, cl, cal, round_)
+    fix = dict(layout or {})
+    if "gbs" in fix:
+        gbs = fix.pop("gbs")
+    if "precision" in fix:
+        precision = fix.pop("precision")
+    if precision and precision not in cl.gpu.precisions():
+        raise ConfigError(f"--precision: {cl.gpu.name} has no {precision} tensor cores "
+                          f"(it has {', '.join(cl.gpu.precisions())})")
+    if fix:
+        check_layout(fix, model, n_gpus)
+    if gbs is not None and gbs < 1:
+        raise ConfigError(f"--gbs: must be >= 1, got {gbs}")
+    t0 = time.perf_counter()
+    res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix)
+    dt = time.perf_counter() - t0
+    if not res.best:
+        if res.closest_unfit is not None:
+            lay = res.closest_unfit.layout
+            msg = f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout fits in memory; the smallest ({_spec(lay)}) {fits_hint(model, lay)}"
+            if fix:
+                free = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=1)
+                if free.best:
+                    msg += f"; this fits: --layout {_spec(free.best[0].layout)}"
+            raise PlanError(msg)
+        what = f"global batch {gbs}" if gbs else "any global batch in the RCP range"
+        raise PlanError(f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout{' matching --layout' if fix else ''} "
+                        f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
+                        f"dp*mbs must divide the global batch)")
+    return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {})
+
+
+def _spec(lay: Layout) -> str:
+    s = f"tp={lay.tp},pp={lay.pp},dp={lay.dp},cp={lay.cp},mbs={lay.mbs},gbs={lay.gbs},recompute={lay.recompute},precision={lay.precision}"
+    return s + (f",vpp={lay.vpp}" if lay.vpp > 1 else "")
+
+
+def parse_gpus(text: str) -> list[int]:
+    """'512' -> [512]; '64..16384' -> powers of two from 64 to 16384; '8,64,512' -> as listed."""
+    try:
+        if ".." in text:
+            lo, hi = (int(x) for x in text.split("..", 1))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out, n = [], lo
+            while n <= hi:
+                out.append(n)
+                n *= 2
+            if out[-1] != hi:
+                out.append(hi)
+            return out
+        vals = [int(x) for x in text.split(",") if x.strip()]
+        if not vals or min(vals) < 1:
+            raise ValueError
+        return vals
+    except ValueError:
+        raise ConfigError(f"--gpus: expected N, A..B or A,B,C with positive integers, got '{text}'") from None
+
+
+@dataclass
+class SweepPoint:
+    gpu: str
+    n_gpus: int
+    estimate: Estimate | None
+    reason: str = ""
+
+
+def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = None,
+          calib: Calibration | None = None, gbs: int | None = None) -> list[SweepPoint]:
+    b = load_benchmark(bench)
+    cal = calib or load_calibration()
+    out = []
+    for g in gpus:
+        for n in counts:
+            try:
+                p = make_plan(b, g, n, network=network, calib=cal, top=1, gbs=gbs)
+                out.append(SweepPoint(g, n, p.best))
+            except PlanError as e:
+                out.append(SweepPoint(g, n, None, str(e)))
+    return out

@@ -1,0 +1,119 @@
+"""The model's few efficiency parameters, per GPU generation, and where they came from.
+
+`calibration.toml` next to this file holds the fitted values (written by `trainperf plan calibrate`,
+which also records the rows it was fitted on); `--calibrate RUNDIR` refits the compute efficiency of
+one generation from a measured `trainperf run` (its summary.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from trainperf.config import ConfigError
+
+CALIB_FILE = Path(__file__).with_name("calibration.toml")
+
+# Before any fit: GEMM efficiency typical of large bf16 matmuls through cuBLAS (~75-80% of dense
+# peak on H100; anchors.md measured 790/989 = 80% on an H200 for an 8192^3 bf16 matmul).
+DEFAULT_EFF = 0.6
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gemm_eff: dict = field(default_factory=dict)  # generation -> achieved share of dense peak
+    attn_ratio: float = 0.45  # attention kernels' FLOP/s relative to dense bf16 peak (FlashAttention-2/3: ~40-75%)
+    overlap: float = 0.7  # share of overlappable communication that compute hides
+    run_overhead_s: float = 0.0  # fixed time on the clock per run (start-up beyond the allowed init)
+    step_overhead_s: float = 0.0  # per optimizer step (launch gaps, synchronisation)
+    shape_half_per_tflop: float = 0.065  # GEMM dim at which a GEMM reaches half its efficiency, per dense bf16 TFLOP/s
+    fitted_on: str = "not fitted"
+    fit_rows: int = 0
+    source: str = "defaults"
+
+    def efficiency(self, generation: str) -> float:
+        return self.gemm_eff.get(generation, self.gemm_eff.get("default", DEFAULT_EFF))
+
+    def shape_half(self, gpu) -> float:
+        """Bigger GPUs need bigger matmuls to fill: the half-efficiency size grows with peak."""
+        return self.shape_half_per_tflop * gpu.tflops["bf16"]
+
+    def to_toml(self) -> str:
+        lines = ["# Fitted by `trainperf plan calibrate`; see docs/plan.md. Do not edit by hand.",
+                 f'fitted_on = "{self.fitted_on}"', f"fit_rows = {self.fit_rows}",
+                 f'source = "{self.source}"', f"attn_ratio = {self.attn_ratio:.4f}",
+                 f"overlap = {self.overlap:.4f}", f"run_overhead_s = {self.run_overhead_s:.3f}",
+                 f"step_overhead_s = {self.step_overhead_s:.5f}",
+                 f"shape_half_per_tflop = {self.shape_half_per_tflop:.4f}", "", "[gemm_eff]"]
+        lines += [f"{k} = {v:.4f}" for k, v in sorted(self.gemm_eff.items())]
+        return "\n".join(lines) + "\n"
+
+
+def load_calibration(path: Path | None = None) -> Calibration:
+    p = path or CALIB_FILE
+    if not p.is_file():
+        return Calibration()
+    try:
+        t = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"calibration {p}: not valid TOML ({e})") from None
+    known = {f for f in Calibration.__dataclass_fields__}
+    bad = set(t) - known
+    if bad:
+        raise ConfigError(f"calibration {p}: unknown keys {sorted(bad)}")
+    return Calibration(**t)
+
+
+def save_calibration(cal: Calibration, path: Path | None = None) -> Path:
+    p = path or CALIB_FILE
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(cal.to_toml(), encoding="utf-8")
+    os.replace(tmp, p)
+    return p
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    """What `--calibrate RUNDIR` reads from a run's summary.json."""
+
+    tokens_per_s: float
+    mfu: float
+    peak_flops: float
+    flops_per_token: float
+    device: str
+    world_size: int
+
+
+def read_run(rundir: str | Path) -> RunMeasurement:
+    p = Path(rundir) / "summary.json"
+    if not p.is_file():
+        raise ConfigError(f"--calibrate: {p} not found (expected a `trainperf run` directory)")
+    try:
+        d = json.loads(p.read_text())
+        m = RunMeasurement(tokens_per_s=float(d["tokens_per_s"]), mfu=float(d["mfu"]),
+                           peak_flops=float(d["peak_flops"]), flops_per_token=float(d["flops_per_token"]),
+                           device=str(d["device"]), world_size=int(d["world_size"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--calibrate: {p} is not a trainperf summary ({type(e).__name__}: {e})") from None
+    if m.tokens_per_s <= 0 or m.peak_flops <= 0 or m.world_size < 1:
+        raise ConfigError(f"--calibrate: {p} has no usable throughput (tokens_per_s={m.tokens_per_s})")
+    return m
+
+
+def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement) -> Calibration:
+    """Set this generation's compute efficiency to the MFU the run measured.
+
+    The run's MFU is model FLOPs over its peak: the share of peak its whole step achieved, a lower
+    bound on the GEMM efficiency (the run also spent time in attention, element-wise work and
+    communication). It is taken as the efficiency directly, so predictions from it are on the
+    conservative side for a small model and close to it for a large one.
+    """
+    achieved = run.tokens_per_s * run.flops_per_token / (run.peak_flops * run.world_size)
+    if not 0 < achieved <= 1.0:
+        raise ConfigError(f"--calibrate: the run's achieved share of peak is {achieved:.3f}, outside (0, 1]")
+    eff = dict(cal.gemm_eff)
+    eff[generation] = achieved
+    return replace(cal, gemm_eff=eff, source=f"{cal.source}; {generation} refit from a run on {run.device}")

@@ -1,0 +1,169 @@
+"""The hardware catalog (`hardware.toml`): GPU kinds and scale-out networks, each figure with its source."""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainperf.config import ConfigError
+
+CATALOG = Path(__file__).with_name("hardware.toml")
+PRECISIONS = ("bf16", "fp8", "fp4")  # slowest to fastest
+
+
+@dataclass(frozen=True)
+class Network:
+    key: str
+    name: str
+    gbps: float  # line rate per NIC port, Gb/s
+    efficiency: float  # share of the line rate collectives reach on large messages
+    alpha_s: float  # latency of one ring step
+    source: str
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Effective one-direction bandwidth of one GPU's NIC."""
+        return self.gbps / 8 * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class GPU:
+    key: str
+    name: str
+    generation: str
+    tflops: dict  # precision -> dense TFLOP/s (absent: no tensor-core support)
+    hbm_gb: float
+    usable_mib: float
+    hbm_tbps: float
+    nvlink_gbps: float  # GB/s per GPU, both directions
+    nvlink_domain: int
+    nic_gbps: float
+    network: str
+    tdp_w: float
+    source: str
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s at `precision`; the next-slower format when this GPU lacks it."""
+        for p in PRECISIONS[: PRECISIONS.index(precision) + 1][::-1]:
+            if self.tflops.get(p):
+                return self.tflops[p] * 1e12
+        raise ConfigError(f"gpu {self.key}: no tensor-core rate for {precision}")
+
+    def precisions(self) -> list[str]:
+        return [p for p in PRECISIONS if self.tflops.get(p)]
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.usable_mib * 2**20
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tbps * 1e12
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs that reach each other over NVLink (the 'node' of hierarchical collectives)."""
+        return self.nvlink_domain
+
+
+@dataclass(frozen=True)
+class NVLink:
+    efficiency: float
+    alpha_s: float
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: GPU
+    n_gpus: int
+    network: Network
+    nvlink: NVLink
+
+    @property
+    def nvlink_bytes_per_s(self) -> float:
+        """Effective one-direction NVLink bandwidth per GPU."""
+        return self.gpu.nvlink_gbps / 2 * 1e9 * self.nvlink.efficiency
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        """Per-GPU scale-out bandwidth: the slower of the GPU's NIC and the chosen network."""
+        return min(self.gpu.nic_gbps, self.network.gbps) / 8 * 1e9 * self.network.efficiency
+
+    def describe(self) -> str:
+        return (f"{self.n_gpus:,} x {self.gpu.name}, NVLink domain {self.gpu.nvlink_domain}, "
+                f"{self.network.name}")
+
+
+@functools.lru_cache(maxsize=1)
+def _raw() -> dict:
+    return tomllib.loads(CATALOG.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def gpus() -> dict[str, GPU]:
+    out = {}
+    for key, t in _raw()["gpu"].items():
+        tf = {p: float(t[f"{p}_tflops"]) for p in PRECISIONS if t.get(f"{p}_tflops")}
+        out[key] = GPU(key=key, name=t["name"], generation=t["generation"], tflops=tf, hbm_gb=t["hbm_gb"],
+                       usable_mib=t["usable_mib"], hbm_tbps=t["hbm_tbps"], nvlink_gbps=t["nvlink_gbps"],
+                       nvlink_domain=int(t["nvlink_domain"]), nic_gbps=t["nic_gbps"], network=t["network"],
+                       tdp_w=t["tdp_w"], source=t["source"])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def networks() -> dict[str, Network]:
+    return {k: Network(key=k, name=t["name"], gbps=t["gbps"], efficiency=t["efficiency"],
+                       alpha_s=t["alpha_us"] * 1e-6, source=t["source"])
+            for k, t in _raw()["network"].items()}
+
+
+def nvlink() -> NVLink:
+    t = _raw()["nvlink"]
+    return NVLink(efficiency=t["efficiency"], alpha_s=t["alpha_us"] * 1e-6)
+
+
+def _aliases() -> dict[str, str]:
+    out = {}
+    for key, t in _raw()["gpu"].items():
+        out[key] = key
+        for a in t.get("aliases", []):
+            out[a.lower()] = key
+    return out
+
+
+def get_gpu(name: str) -> GPU:
+    key = _aliases().get(name.strip().lower().replace(" ", "_"))
+    if key is None:
+        raise ConfigError(f"--gpu: unknown GPU '{name}' (known: {', '.join(gpus())})")
+    return gpus()[key]
+
+
+def get_network(name: str) -> Network:
+    if name not in networks():
+        raise ConfigError(f"--network: unknown network '{name}' (known: {', '.join(networks())})")
+    return networks()[name]
+
+
+def cluster(gpu: str | GPU, n_gpus: int, network: str | None = None) -> Cluster:
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if n_gpus < 1:
+        raise ConfigError(f"--gpus: must be >= 1, got {n_gpus}")
+    return Cluster(gpu=g, n_gpus=n_gpus, network=get_network(network or g.network), nvlink=nvlink())
+
+
+# How MLPerf results name the accelerators trainperf has a catalog entry for (checked in order:
+# GB before B, Ultra before plain).
+_RESULT_NAMES = [("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b200", "b200"),
+                 ("h200", "h200"), ("h100", "h100"), ("a100", "a100")]
+
+
+def gpu_for_result(accelerator: str) -> GPU | None:
+    """The catalog GPU an MLPerf result's accelerator column names, or None (TPU, Gaudi, AMD, L40S)."""
+    s = accelerator.lower().replace(" ", "").replace("-", "")
+    for needle, key in _RESULT_NAMES:
+        if needle in s:
+            return gpus()[key]
+    return None

@@ -1,0 +1,105 @@
+"""Memory per GPU: weights, gradients and optimizer state under the sharding chosen, activations with
+none / selective / full recompute (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+Large Transformer Models"), the output logits, and a reserve for workspace and fragmentation.
+
+Activation bytes are counted tensor by tensor, 16-bit activations, b sequences of s tokens:
+  attention   QKV input 2sbh, Q 2sbh, K and V 2sb·h_kv each, then either FlashAttention's output 2sbh
+              or (unfused) softmax 2as²b [+ dropout mask as²b + dropout output 2as²b], V·scores input
+              to the output projection 2sbh, [+ output dropout mask sbh]
+  MLP         input 2sbh, then GELU: pre- and post-activation 2sbf each [+ dropout mask sbh];
+              SwiGLU: gate, up and their product 2sbf each
+  norms       inputs of both 2sbh each
+With GELU, f=4h, dropout and no FlashAttention this is the paper's 34·sbh + 5·as²b per layer;
+sequence parallelism divides all of it by t (without it 10·sbh stays whole: norm inputs, the inputs
+of the first GEMMs, dropout masks). Full recompute keeps only the layer input (2sbh/t); selective
+drops what is cheap to recompute: the s² scores without FlashAttention (the paper's definition), or,
+with it, the norm outputs and the activation-function output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainperf.config import ModelConfig
+
+GiB = 2**30
+RESERVE = 0.10  # share of usable HBM kept for cuBLAS/NCCL workspaces and allocator fragmentation
+
+
+def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp: bool = True,
+                               recompute: str = "none", flash: bool = True, dropout: bool = False) -> float:
+    """Bytes one layer keeps for its backward, per tensor-parallel rank, for b sequences of s tokens."""
+    h, a, f = cfg.d_model, cfg.n_head, cfg.ff_dim
+    kv = cfg.kv_heads * cfg.head_dim
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (tp if sp else 1)
+    drop_mask = 1 if dropout else 0
+    # parts tensor parallelism splits anyway (head-sharded or ff-sharded tensors)
+    q_k_v = 2 * sbh + 2 * 2 * s * b * kv
+    if flash:
+        core = 2 * sbh  # output O (the logsumexp is s·b·a floats, negligible)
+    else:
+        scores = 2 * a * s * s * b + (3 * a * s * s * b if dropout else 0)
+        core = (0 if recompute == "selective" else scores) + 2 * sbh
+    if cfg.family == "llama":
+        mlp_mid = 3 * 2 * s * b * f  # gate, up, gate*up
+        act_out = 2 * s * b * f
+    else:
+        mlp_mid = 2 * 2 * s * b * f  # pre- and post-GELU
+        act_out = 2 * s * b * f
+    sharded = q_k_v + core + mlp_mid
+    # parts that stay whole without sequence parallelism
+    norm_in = 2 * 2 * sbh
+    gemm_in = 2 * 2 * sbh  # QKV input and MLP input (the norms' outputs)
+    masks = 2 * drop_mask * sbh
+    if recompute == "selective" and flash:
+        sharded -= act_out
+        gemm_in = 0
+    whole = norm_in + gemm_in + masks
+    return sharded / tp + whole / (tp if sp else 1)
+
+
+def korthikanti_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                          selective: bool = False) -> float:
+    """The paper's closed forms (GPT, 4h MLP, dropout, no FlashAttention), for checking the count:
+    sbh(10 + 24/t + 5as/(ht)) tensor-parallel; sbh·34/t + 5as²b/t with sequence parallel;
+    selective recompute drops the 5as/h term."""
+    att = 0 if selective else 5 * a * s / (h * t)
+    if sp:
+        return s * b * h * (34 / t + att)
+    return s * b * h * (10 + 24 / t + att)
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    logits: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.logits + self.reserve
+
+    def as_gb(self) -> dict:
+        d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items()}
+        d["total"] = round(self.total / 1e9, 2)
+        return d
+
+
+def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for one rank's parameters.
+
+    Megatron's distributed optimizer (ZeRO-1): bf16 weights and fp32 gradient buffers stay whole,
+    the fp32 master copy and Adam's two moments (12 bytes/param) are split over the data-parallel
+    ranks. FP8/FP4 matmuls keep a low-precision copy of each weight as well (+1 byte). A frozen
+    LoRA base holds bf16 weights only.
+    """
+    extra = 1 if precision in ("fp8", "fp4") else 0
+    weights = (trainable + frozen) * (2 + extra)
+    grads = trainable * 4
+    optimizer = trainable * 12 / dp_shard
+    return weights, grads, optimizer

@@ -1,0 +1,373 @@
+"""Step time, memory, MFU and time-to-train of one parallel layout.
+
+One optimizer step of a pipeline with p stages, v virtual stages per GPU and m micro-batches
+(1F1B, interleaved when v > 1; Narayanan et al. 2021):
+    step = (m + (p-1)/v) · (t_f + t_b)  +  exposed data-parallel time  +  optimizer
+where t_f, t_b are one micro-batch's forward and backward on the slowest stage: its GEMMs at
+peak·efficiency(shape), attention at the bf16 rate, memory-bound element-wise work at HBM speed,
+the tensor- and context-parallel collectives that compute does not hide, and the pipeline's
+point-to-point sends. Time-to-train = steps to the RCP's samples · step + evaluations + a fixed
+per-run overhead. Every constant not fitted by calibration is named below with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from trainperf.plan import comm
+from trainperf.plan.calibration import Calibration
+from trainperf.plan.flops import ATTN_BWD_OVER_FWD, layer_gemms, attn_fwd_flops_per_token_layer, flops_per_token
+from trainperf.plan.hardware import PRECISIONS, Cluster
+from trainperf.plan.memory import RESERVE, Memory, activation_bytes_per_layer, state_bytes
+from trainperf.plan.rcp import ruleset_for, samples_to_converge
+from trainperf.plan.workload import Benchmark
+
+ELEMWISE_BW_SHARE = 0.8  # element-wise kernels reach ~80% of HBM bandwidth (streaming reads/writes)
+OPTIMIZER_BYTES_PER_PARAM = 32  # AdamW on fp32 master, grads, m, v: 16 bytes read + 16 written
+LOGIT_BYTES = 6  # bf16 logits plus their fp32 gradient, per vocabulary entry and token
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    gbs: int = 1
+    recompute: str = "none"  # none | selective | full
+    precision: str = "bf16"  # matmul format: bf16 | fp8 | fp4
+
+    @property
+    def microbatches(self) -> int:
+        return self.gbs // (self.dp * self.mbs)
+
+    def short(self) -> str:
+        v = f" vpp={self.vpp}" if self.vpp > 1 else ""
+        return (f"tp={self.tp} pp={self.pp}{v} dp={self.dp} cp={self.cp} mbs={self.mbs} gbs={self.gbs} "
+                f"rc={self.recompute} {self.precision}")
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "vpp": self.vpp, "dp": self.dp, "cp": self.cp,
+                "microbatch": self.mbs, "global_batch": self.gbs, "microbatches": self.microbatches,
+                "recompute": self.recompute, "precision": self.precision}
+
+
+@dataclass
+class Estimate:
+    layout: Layout
+    step_time_s: float
+    breakdown: dict  # seconds per step: compute, tp, pp_bubble, dp, cp, other
+    memory: Memory
+    capacity: float  # bytes available per GPU
+    mfu: float  # model FLOPs / (N · dense peak of the matmul precision used)
+    mfu_bf16: float  # the same against the dense BF16 peak (comparable across precisions)
+    tokens_per_s: float
+    samples: float  # to reach the target (RCP mean)
+    rcp_ruleset: str
+    gbs_in_rcp_range: bool
+    steps: float
+    evals: float
+    train_s: float
+    eval_s: float
+    overhead_s: float
+    notes: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total <= self.capacity
+
+    @property
+    def minutes(self) -> float:
+        return (self.train_s + self.eval_s + self.overhead_s) / 60
+
+    def to_dict(self) -> dict:
+        return {
+            "minutes": round(self.minutes, 4), "step_time_s": round(self.step_time_s, 5),
+            "mfu": round(self.mfu, 4), "mfu_bf16": round(self.mfu_bf16, 4), "tokens_per_s": round(self.tokens_per_s, 1),
+            "memory_gb_per_gpu": round(self.memory.total / 1e9, 2),
+            "memory_capacity_gb": round(self.capacity / 1e9, 2), "memory_breakdown_gb": self.memory.as_gb(),
+            "layout": self.layout.to_dict(),
+            "breakdown_s": {k: round(v, 6) for k, v in self.breakdown.items()},
+            "samples_to_target": round(self.samples, 1), "rcp_ruleset": self.rcp_ruleset,
+            "gbs_in_rcp_range": self.gbs_in_rcp_range, "steps": round(self.steps, 2),
+            "evals": round(self.evals, 2), "train_min": round(self.train_s / 60, 4),
+            "eval_min": round(self.eval_s / 60, 4), "overhead_min": round(self.overhead_s / 60, 4),
+        }
+
+
+def _shape_eff(d: float, half: float) -> float:
+    return d / (d + half)
+
+
+class Model:
+    """The performance model of one benchmark on one cluster; caches per-shape layer costs so the
+    search can evaluate thousands of layouts quickly."""
+
+    def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None):
+        self.b, self.cl, self.cal = bench, cl, calib
+        self.cfg = bench.model
+        self.gpu = cl.gpu
+        self.eff = calib.efficiency(cl.gpu.generation)
+        self.half = calib.shape_half(cl.gpu)
+        self.nvl = comm.Link(cl.nvlink_bytes_per_s, cl.nvlink.alpha_s)
+        self.nic = comm.Link(cl.nic_bytes_per_s, cl.network.alpha_s)
+        self.ruleset = ruleset_for(bench.mlperf, round_)
+        self.model_fpt = flops_per_token(self.cfg)  # MFU numerator, per token
+        self._layer_cache: dict = {}
+        self._stage_cache: dict = {}
+        self._samples_cache: dict = {}
+        self._params = self._count_params()
+
+    # -- parameters --------------------------------------------------------------------------
+    def _count_params(self) -> dict:
+        c = self.cfg
+        h, hd = c.d_model, c.head_dim
+        attn = h * (c.n_head + 2 * c.kv_heads) * hd + c.n_head * hd * h
+        mlp = (3 if c.family == "llama" else 2) * h * c.ff_dim
+        norms = 2 * h * (2 if c.family == "gpt" else 1)
+        lora = 0
+        if c.lora_rank > 0:
+            from trainperf.model.flops import lora_forward_flops
+
+            lora = lora_forward_flops(c) / c.n_layer / 2  # forward FLOPs = 2 x params per token
+        emb = c.vocab_size * h
+        return {"layer": attn + mlp + norms, "lora_layer": lora, "emb": emb}
+
+    # -- one layer, one micro-batch ----------------------------------------------------------
+    def _layer(self, tp: int, cp: int, mbs: int, precision: str, recompute: str) -> dict:
+        key = (tp, cp, mbs, precision, recompute)
+        hit = self._layer_cache.get(key)
+        if hit is not None:
+            return hit
+        c, g = self.cfg, self.gpu
+        tokens = mbs * c.seq_len / cp  # tokens a rank processes per micro-batch
+        peak_mm = g.peak(precision) * self.eff
+        peak_bf16 = g.peak("bf16") * self.eff
+        gemm_f = 0.0
+        for gm in layer_gemms(c, tp):
+            eff = _shape_eff(tokens, self.half) * _shape_eff(gm.n, self.half) * _shape_eff(gm.k, self.half)
+            gemm_f += 2 * tokens * gm.n * gm.k / (peak_mm * eff)
+        # frozen base: activation gradients only; otherwise activation + weight gradients
+        gemm_b = gemm_f * (1 if self.b.lora else 2)
+        lora_f = 0.0
+        if self._params["lora_layer"]:
+            r = c.lora_rank
+            lora_f = 2 * tokens * self._params["lora_layer"] / (peak_bf16 * _shape_eff(r, self.half))
+        attn_f = tokens * attn_fwd_flops_per_token_layer(c) / tp / (peak_bf16 * self.cal.attn_ratio)
+        attn_b = attn_f * ATTN_BWD_OVER_FWD
+        elem_f = tokens * self._elementwise_bytes(precision) / tp / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE)
+        elem_b = 2 * elem_f
+        # tensor parallel with sequence parallelism: all-gather before and reduce-scatter after
+        # each of the two GEMM pairs, forward and again backward
+        act_bytes = tokens * c.d_model * 2
+        link = self.nvl if tp <= g.nvlink_domain else self.nic
+        tp_one = comm.all_gather(act_bytes, tp, link)
+        tp_f, tp_b = 4 * tp_one, 4 * tp_one
+        # context parallel (ring attention): K and V chunks travel cp-1 hops forward, K, V and their
+        # gradients backward; hidden behind attention compute as far as it lasts
+        cp_link = self.nvl if tp * cp <= g.nvlink_domain else self.nic
+        kv_bytes = tokens * 2 * c.kv_heads * c.head_dim * 2 / tp
+        cp_f = (cp - 1) * comm.p2p(kv_bytes, cp_link) if cp > 1 else 0.0
+        cp_b = 2 * cp_f
+        ov = self.cal.overlap
+        exp_tp_f, exp_tp_b = (1 - ov) * tp_f, (1 - ov) * tp_b
+        exp_cp_f = max(0.0, cp_f - ov * attn_f)
+        exp_cp_b = max(0.0, cp_b - ov * attn_b)
+        comp_f = gemm_f + attn_f + lora_f
+        comp_b = gemm_b + attn_b + 2 * lora_f
+        # recompute: full repeats the layer's forward (GEMMs, attention, its TP traffic) before the
+        # backward; selective repeats the element-wise parts
+        rc_comp, rc_tp, rc_elem = 0.0, 0.0, 0.0
+        if recompute == "full":
+            rc_comp, rc_tp, rc_elem = comp_f, exp_tp_f + exp_cp_f, elem_f
+        elif recompute == "selective":
+            rc_elem = 0.5 * elem_f
+        act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute)
+        out = {
+            "fwd": comp_f + exp_tp_f + exp_cp_f + elem_f,
+            "bwd": comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
+            "fwd_compute": comp_f, "compute": comp_f + comp_b + rc_comp,
+            "tp": exp_tp_f + exp_tp_b + (exp_tp_f if recompute == "full" else 0.0),
+            "cp": exp_cp_f + exp_cp_b + (exp_cp_f if recompute == "full" else 0.0),
+            "other": elem_f + elem_b + rc_elem,
+            "act_bytes": act, "tokens": tokens,
+        }
+        self._layer_cache[key] = out
+        return out
+
+    def _elementwise_bytes(self, precision: str) -> float:
+        """HBM bytes per token of one layer's forward element-wise kernels: two norms (read+write h),
+        two residual adds (2 reads + 1 write of h), RoPE on q and k (llama), the MLP activation
+        (SwiGLU reads 2f writes f; GELU reads and writes f), and with FP8/FP4 the cast of each GEMM
+        input (read 2 bytes, write 1)."""
+        c = self.cfg
+        h, f = c.d_model, c.ff_dim
+        kvd = c.kv_heads * c.head_dim
+        elems = 2 * 2 * h + 2 * 3 * h
+        if c.family == "llama":
+            elems += 2 * (c.n_head * c.head_dim + kvd) + 3 * f
+        else:
+            elems += 2 * f
+        b = 2 * elems
+        if precision != "bf16":
+            b += 3 * (3 * h + f)
+        return b
+
+    def _head(self, tp: int, cp: int, mbs: int, precision: str) -> tuple[float, float]:
+        """(forward, backward) of the output projection + loss, run in bf16 on the last stage."""
+        c, g = self.cfg, self.gpu
+        tokens = mbs * c.seq_len / cp
+        n = c.vocab_size / tp
+        eff = _shape_eff(tokens, self.half) * _shape_eff(n, self.half) * _shape_eff(c.d_model, self.half)
+        f = 2 * tokens * n * c.d_model / (g.peak("bf16") * self.eff * eff)
+        if self.b.lora:
+            return f, f
+        return f, 2 * f
+
+    # -- a whole layout ----------------------------------------------------------------------
+    def stage_layers(self, lay: Layout) -> int:
+        """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere)."""
+        return math.ceil(self.cfg.n_layer / (lay.pp * lay.vpp)) * lay.vpp
+
+    def memory(self, lay: Layout) -> Memory:
+        st = self._static_memory(lay)
+        per_layer = self._layer(lay.tp, lay.cp, lay.mbs, lay.precision, lay.recompute)["act_bytes"]
+        m = lay.microbatches
+        in_flight = min(lay.pp, m) if lay.pp > 1 else 1
+        interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
+        acts = self.stage_layers(lay) * per_layer * in_flight * interleave
+        return Memory(weights=st[0], grads=st[1], optimizer=st[2], activations=acts, logits=st[3],
+                      reserve=RESERVE * self.gpu.usable_bytes)
+
+    def _static_memory(self, lay: Layout) -> tuple[float, float, float, float]:
+        """(weights, grads, optimizer, logits) bytes on the busiest rank: pipeline stage with the
+        most layers plus the embedding or the output layer (both when pp = 1 and they are untied)."""
+        c = self.cfg
+        L = self.stage_layers(lay)
+        p = self._params
+        emb = p["emb"] / lay.tp * (1 if lay.pp > 1 or c.tie_embeddings else 2)
+        base = L * p["layer"] / lay.tp + emb
+        lora = L * p["lora_layer"]
+        trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
+        w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision)
+        logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
+        return w, gr, opt, logits
+
+    def capacity(self) -> float:
+        return self.gpu.usable_bytes
+
+    def _dp_time(self, lay: Layout) -> tuple[float, float]:
+        """(reduce-scatter of gradients, all-gather of parameters) over the dp·cp group, bf16."""
+        n_ranks = lay.dp * lay.cp
+        if n_ranks <= 1:
+            return 0.0, 0.0
+        n = self._rank_params(lay) * 2
+        # dp·cp ranks are strided by tp: that many share one NVLink domain
+        p_in = max(1, min(n_ranks, self.gpu.nvlink_domain // lay.tp))
+        while n_ranks % p_in:
+            p_in -= 1
+        p_out = n_ranks // p_in
+        rs = comm.hier_reduce_scatter(n, p_in, p_out, self.nvl, self.nic)
+        ag = comm.hier_all_gather(n, p_in, p_out, self.nvl, self.nic)
+        return rs, ag
+
+    def _stage(self, lay: Layout) -> dict:
+        """Everything that does not depend on the global batch, cached per model-parallel shape."""
+        key = (lay.tp, lay.pp, lay.vpp, lay.dp, lay.cp, lay.mbs, lay.recompute, lay.precision)
+        hit = self._stage_cache.get(key)
+        if hit is not None:
+            return hit
+        c, g = self.cfg, self.gpu
+        ly = self._layer(lay.tp, lay.cp, lay.mbs, lay.precision, lay.recompute)
+        L = self.stage_layers(lay)
+        hf, hb = self._head(lay.tp, lay.cp, lay.mbs, lay.precision)
+        t_f = L * ly["fwd"] + hf
+        t_b = L * ly["bwd"] + hb
+        # pipeline sends: one activation (sequence-parallel shard) per stage boundary and virtual
+        # stage, forward and backward; across domains unless the whole model-parallel group fits
+        p2p = 0.0
+        if lay.pp > 1:
+            link = self.nvl if lay.tp * lay.cp * lay.pp <= g.nvlink_domain else self.nic
+            p2p = 2 * lay.vpp * comm.p2p(ly["tokens"] * c.d_model * 2 / lay.tp, link) * (1 - self.cal.overlap)
+        rs, ag = self._dp_time(lay)
+        ov = self.cal.overlap
+        # gradients reduce while the last micro-batch runs backward, parameters gather while the
+        # first runs forward; what does not fit behind that compute is exposed
+        dp_exposed = max(0.0, rs - ov * t_b) + max(0.0, ag - ov * t_f)
+        opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
+               / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
+        mem_static = sum(self._static_memory(lay)) + RESERVE * g.usable_bytes
+        interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
+        act_mb = L * ly["act_bytes"] * interleave
+        out = {"ly": ly, "L": L, "hf": hf, "hb": hb, "t_f": t_f, "t_b": t_b, "p2p": p2p,
+               "dp": dp_exposed, "opt": opt, "mem_static": mem_static, "act_mb": act_mb}
+        self._stage_cache[key] = out
+        return out
+
+    def _rank_params(self, lay: Layout) -> float:
+        L = self.stage_layers(lay)
+        p = self._params
+        return L * p["lora_layer"] if self.b.lora else L * p["layer"] / lay.tp + p["emb"] / lay.tp
+
+    def _samples(self, gbs: int) -> tuple[float, bool]:
+        hit = self._samples_cache.get(gbs)
+        if hit is None:
+            hit = samples_to_converge(self.b.mlperf, gbs, self.ruleset, self.b.rcp_unit, self.cfg.seq_len)
+            self._samples_cache[gbs] = hit
+        return hit
+
+    def quick(self, lay: Layout) -> tuple[float, float]:
+        """(predicted minutes, memory bytes per GPU): the search's inner loop."""
+        st = self._stage(lay)
+        m = lay.microbatches
+        mem = st["mem_static"] + st["act_mb"] * (min(lay.pp, m) if lay.pp > 1 else 1)
+        step = (m * (st["t_f"] + st["t_b"] + st["p2p"]) + (lay.pp - 1) / lay.vpp * (st["t_f"] + st["t_b"])
+                + st["dp"] + st["opt"] + self.cal.step_overhead_s)
+        samples, _ = self._samples(lay.gbs)
+        t_eval = self._eval_time(lay, st)
+        minutes = (samples / lay.gbs * step + self.b.evals(samples, lay.gbs) * t_eval + self.cal.run_overhead_s) / 60
+        return minutes, mem
+
+    def _eval_time(self, lay: Layout, st: dict) -> float:
+        """One evaluation: forward only over the eval set, same layout, its own pipeline fill."""
+        m_eval = math.ceil(self.b.eval_samples / (lay.dp * lay.mbs))
+        return (m_eval + lay.pp - 1) * (st["L"] * st["ly"]["fwd"] + st["hf"])
+
+    def estimate(self, lay: Layout) -> Estimate:
+        c, g = self.cfg, self.gpu
+        st = self._stage(lay)
+        ly, L = st["ly"], st["L"]
+        m = lay.microbatches
+        per_mb = st["t_f"] + st["t_b"] + st["p2p"]
+        bubble = (lay.pp - 1) / lay.vpp * (st["t_f"] + st["t_b"])
+        step = m * per_mb + bubble + st["dp"] + st["opt"] + self.cal.step_overhead_s
+        breakdown = {
+            "compute": m * (L * ly["compute"] + st["hf"] + st["hb"]),
+            "tp": m * L * ly["tp"],
+            "cp": m * L * ly["cp"],
+            "pp_bubble": bubble,
+            "dp": st["dp"],
+            "other": m * (L * ly["other"] + st["p2p"]) + st["opt"] + self.cal.step_overhead_s,
+        }
+        tps = lay.gbs * c.seq_len / step
+        mfu_bf16 = tps * self.model_fpt / (self.cl.n_gpus * g.peak("bf16"))
+        mfu = tps * self.model_fpt / (self.cl.n_gpus * g.peak(lay.precision))
+        samples, inside = self._samples(lay.gbs)
+        evals = self.b.evals(samples, lay.gbs)
+        return Estimate(layout=lay, step_time_s=step, breakdown=breakdown, memory=self.memory(lay),
+                        capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
+                        rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
+                        evals=evals, train_s=samples / lay.gbs * step, eval_s=evals * self._eval_time(lay, st),
+                        overhead_s=self.cal.run_overhead_s)
+
+
+def best_precision(cl: Cluster, ceiling: str = "fp4") -> list[str]:
+    """Formats the GPU has, no lower than `ceiling` allows (e.g. a round before FP4 was approved)."""
+    allowed = PRECISIONS[: PRECISIONS.index(ceiling) + 1]
+    return [p for p in cl.gpu.precisions() if p in allowed]
+
+
+__all__ = ["Layout", "Estimate", "Model", "best_precision", "replace"]

@@ -1,0 +1,158 @@
+"""Layout search: every valid (tp, pp, vpp, dp, cp, micro-batch, global batch, recompute, precision)
+for a benchmark on a cluster, each priced by the performance model, the fastest first.
+
+Valid means: tp divides the attention and KV heads and stays inside the NVLink domain; tp·pp·cp·dp
+is the GPU count; the global batch is a whole number of micro-batches per data-parallel rank (and,
+interleaved, of pipeline stages); the sequence splits evenly over cp; the layout fits in memory.
+Without `--gbs` the global batch is searched too, over multiples of dp inside the range the RCPs
+cover (outside it MLPerf would require new reference points)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainperf.config import ConfigError
+from trainperf.plan.hardware import PRECISIONS
+from trainperf.plan.perf import Estimate, Layout, Model, best_precision
+from trainperf.plan.rcp import gbs_range
+
+RECOMPUTE = ("none", "selective", "full")
+MBS = (1, 2, 4, 8)
+POW2 = (1, 2, 4, 8, 16, 32, 64)
+MIN_CP_CHUNK = 1024  # tokens per context-parallel rank
+# per-data-parallel-rank micro-batch counts tried when the global batch is searched
+GBS_MULTIPLES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128)
+
+
+@dataclass
+class SearchResult:
+    best: list[Estimate]  # fitting layouts, fastest first
+    evaluated: int
+    closest_unfit: Estimate | None  # the smallest-memory layout when none fits
+
+
+def _pp_candidates(n_layer: int, limit: int) -> list[int]:
+    divs = [d for d in range(1, n_layer + 1) if n_layer % d == 0]
+    return sorted({p for p in divs + list(POW2) if p <= min(limit, n_layer)})
+
+
+def _gbs_candidates(model: Model, dp: int, mbs: int, fixed: int | None) -> list[int]:
+    if fixed:
+        return [fixed] if fixed % (dp * mbs) == 0 else []
+    lo, hi = gbs_range(model.b.mlperf, model.ruleset)
+    out = [dp * mbs * k for k in GBS_MULTIPLES if lo <= dp * mbs * k <= hi]
+    if not out and dp * mbs > hi:
+        out = [dp * mbs]  # beyond the RCPs: the smallest batch this layout can run (flagged)
+    return out
+
+
+def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
+            precision: str | None = None, fix: dict | None = None):
+    """Yield every structurally valid layout (memory not yet checked)."""
+    c, g = model.cfg, model.gpu
+    fix = fix or {}
+    precs = [precision] if precision else best_precision(model.cl, ceiling)
+    tps = [t for t in POW2 if t <= g.nvlink_domain and c.n_head % t == 0 and c.kv_heads % t == 0
+           and n_gpus % t == 0]
+    # ring attention needs chunks long enough for the attention math to hide the K/V exchange
+    cps = [x for x in POW2 if c.seq_len // x >= MIN_CP_CHUNK and c.seq_len % (2 * x) == 0 and n_gpus % x == 0]
+    pps = _pp_candidates(c.n_layer, 128)
+    for tp in tps if "tp" not in fix else [fix["tp"]]:
+        for cp in cps if "cp" not in fix else [fix["cp"]]:
+            for pp in pps if "pp" not in fix else [fix["pp"]]:
+                if n_gpus % (tp * cp * pp):
+                    continue
+                dp = n_gpus // (tp * cp * pp)
+                if "dp" in fix and fix["dp"] != dp:
+                    continue
+                vpps = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8, 12) if pp * v <= c.n_layer]
+                for vpp in vpps if "vpp" not in fix else [fix["vpp"]]:
+                    for mbs in MBS if "mbs" not in fix else [fix["mbs"]]:
+                        for b in _gbs_candidates(model, dp, mbs, gbs):
+                            m = b // (dp * mbs)
+                            if vpp > 1 and m % pp:
+                                continue
+                            for rc in RECOMPUTE if "recompute" not in fix else [fix["recompute"]]:
+                                for pr in precs:
+                                    yield Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b,
+                                                 recompute=rc, precision=pr)
+
+
+def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
+           precision: str | None = None, top: int = 5, fix: dict | None = None) -> SearchResult:
+    scored: list[tuple[float, Layout]] = []
+    closest: tuple[float, Layout] | None = None
+    n = 0
+    cap = model.capacity()
+    skip_rc: set = set()
+    for lay in layouts(model, n_gpus, gbs, ceiling, precision, fix):
+        n += 1
+        shape = (lay.tp, lay.pp, lay.vpp, lay.cp, lay.mbs, lay.gbs, lay.precision)
+        if shape in skip_rc:
+            continue  # a cheaper recompute setting already fits this shape: more recompute only costs time
+        minutes, mem = model.quick(lay)
+        if mem > cap:
+            if closest is None or mem < closest[0]:
+                closest = (mem, lay)
+            continue
+        skip_rc.add(shape)
+        scored.append((minutes, lay))
+    scored.sort(key=lambda x: x[0])
+    best = [model.estimate(lay) for _, lay in scored[:top]]
+    unfit = model.estimate(closest[1]) if closest and not scored else None
+    return SearchResult(best=best, evaluated=n, closest_unfit=unfit)
+
+
+def parse_layout(text: str) -> dict:
+    """'tp=1,pp=1,dp=8,mbs=1' -> {'tp': 1, ...}; recompute= and precision= take words."""
+    out: dict = {}
+    alias = {"microbatch": "mbs", "vp": "vpp", "rc": "recompute", "gbs": "gbs", "prec": "precision"}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise ConfigError(f"--layout: expected key=value, got '{part}'")
+        k, v = (x.strip() for x in part.split("=", 1))
+        k = alias.get(k, k)
+        if k in ("recompute", "precision"):
+            ok = RECOMPUTE if k == "recompute" else PRECISIONS
+            if v not in ok:
+                raise ConfigError(f"--layout: {k} must be one of {', '.join(ok)}, got '{v}'")
+            out[k] = v
+        elif k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs"):
+            try:
+                out[k] = int(v)
+            except ValueError:
+                raise ConfigError(f"--layout: {k} must be an integer, got '{v}'") from None
+            if out[k] < 1:
+                raise ConfigError(f"--layout: {k} must be >= 1, got {out[k]}")
+        else:
+            raise ConfigError(f"--layout: unknown key '{k}' (tp, pp, vpp, dp, cp, mbs, gbs, recompute, precision)")
+    return out
+
+
+def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
+    """One-line errors for a user's --layout that cannot run on this model and GPU count."""
+    c = model.cfg
+    tp, pp, cp = fix.get("tp", 1), fix.get("pp", 1), fix.get("cp", 1)
+    if c.n_head % tp or c.kv_heads % tp:
+        raise ConfigError(f"--layout: tp={tp} does not divide the {c.n_head} heads / {c.kv_heads} KV heads")
+    if pp > c.n_layer:
+        raise ConfigError(f"--layout: pp={pp} exceeds the {c.n_layer} layers")
+    if "dp" in fix:
+        prod = tp * pp * cp * fix["dp"]
+        if prod != n_gpus:
+            raise ConfigError(f"--layout: tp*pp*cp*dp = {prod}, not the {n_gpus} GPUs")
+    elif n_gpus % (tp * pp * cp):
+        raise ConfigError(f"--layout: tp*pp*cp = {tp * pp * cp} does not divide {n_gpus} GPUs")
+    if c.seq_len % (2 * cp) and cp > 1:
+        raise ConfigError(f"--layout: cp={cp} does not split the {c.seq_len}-token sequence evenly")
+
+
+def fits_hint(model: Model, lay: Layout) -> str:
+    """'needs 93.1 GB of 80.0 GB (13.1 GB over)'."""
+    mem = model.memory(lay)
+    cap = model.capacity()
+    return f"needs {mem.total / 1e9:.1f} GB of {cap / 1e9:.1f} GB ({(mem.total - cap) / 1e9:.1f} GB over)"
+
+
+__all__ = ["search", "layouts", "parse_layout", "check_layout", "SearchResult", "math"]

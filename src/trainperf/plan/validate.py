@@ -1,0 +1,202 @@
+"""Predicted vs published time-to-train for every MLPerf result the catalog can model, and the fit
+of the calibration parameters on a stated subset of those results.
+
+Split: rows submitted by NVIDIA itself (the submitter whose software the others mostly run) are the
+fit set; every other submitter's rows (Azure, Oracle, Dell, Lenovo, ...) are held out, including the
+article's anchors (Azure's 10,752-H100 GPT-3 and 512-H200 LoRA results, Oracle's 512-H100 LoRA).
+Rows on accelerators without a catalog entry (TPU, Gaudi, AMD Instinct, L40S) are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from trainperf.config import ConfigError
+from trainperf.plan.calibration import Calibration
+from trainperf.plan.hardware import cluster, gpu_for_result
+from trainperf.plan.perf import Estimate, Layout, Model
+from trainperf.plan.search import search
+from trainperf.plan.workload import load_benchmark, max_precision
+
+RESULTS = Path(__file__).parent / "data" / "mlperf_results.csv"
+FIT_SUBMITTERS = ("NVIDIA",)
+PARAMS = {  # name -> (lower, upper) bounds for the fit
+    "eff:hopper": (0.2, 0.95), "eff:blackwell": (0.2, 0.95), "eff:blackwell_ultra": (0.2, 0.95),
+    "attn_ratio": (0.2, 1.0), "overlap": (0.0, 1.0), "run_overhead_s": (0.0, 300.0),
+    "step_overhead_s": (0.0, 0.2),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    round: str
+    benchmark: str
+    submitter: str
+    system: str
+    accelerator: str
+    n_gpus: int
+    gbs: int
+    minutes: float
+    source: str
+
+    @property
+    def fit(self) -> bool:
+        return self.submitter in FIT_SUBMITTERS
+
+    @property
+    def key(self) -> str:
+        return f"{self.round} {self.benchmark} {self.submitter} {self.n_gpus}x{self.accelerator}"
+
+
+def load_results(path: Path | None = None) -> list[Result]:
+    p = path or RESULTS
+    out = []
+    with open(p, newline="", encoding="utf-8") as f:
+        for i, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                out.append(Result(round=r["round"].lstrip("v"), benchmark=r["benchmark"], submitter=r["submitter"],
+                                  system=r["system"], accelerator=r["accelerator"],
+                                  n_gpus=int(r["num_accelerators"]), gbs=int(r["global_batch_size"]),
+                                  minutes=float(r["minutes"]), source=r["source"]))
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"{p}:{i}: bad results row ({e})") from None
+    return out
+
+
+@dataclass
+class Row:
+    result: Result
+    estimate: Estimate | None
+    reason: str = ""  # why there is no prediction
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction."""
+        return self.estimate.minutes / self.result.minutes - 1
+
+
+class Predictor:
+    """Predictions for published rows; keeps each row's benchmark and best layout for refits."""
+
+    def __init__(self, calib: Calibration):
+        self.cal = calib
+        self._bench: dict = {}
+        self.layouts: dict[Result, Layout] = {}
+
+    def _model(self, r: Result, cal: Calibration) -> Model | None:
+        g = gpu_for_result(r.accelerator)
+        if g is None:
+            return None
+        key = (r.benchmark, r.round)
+        if key not in self._bench:
+            self._bench[key] = load_benchmark(r.benchmark, r.round)
+        return Model(self._bench[key], cluster(g, r.n_gpus), cal, r.round)
+
+    def predict(self, r: Result, cal: Calibration | None = None, research: bool = True) -> Row:
+        cal = cal or self.cal
+        m = self._model(r, cal)
+        if m is None:
+            return Row(r, None, "no catalog entry for this accelerator")
+        if not research and r in self.layouts:
+            return Row(r, m.estimate(self.layouts[r]))
+        res = search(m, r.n_gpus, gbs=r.gbs, ceiling=max_precision(r.round), top=1)
+        if not res.best:
+            why = "no layout fits memory" if res.evaluated else f"no layout runs GBS {r.gbs} on {r.n_gpus} GPUs"
+            return Row(r, None, why)
+        self.layouts[r] = res.best[0].layout
+        return Row(r, res.best[0])
+
+
+def validate(calib: Calibration, results: list[Result] | None = None) -> list[Row]:
+    p = Predictor(calib)
+    return [p.predict(r) for r in (results if results is not None else load_results())]
+
+
+def mape(rows: list[Row]) -> float | None:
+    errs = [abs(r.error) for r in rows if r.estimate is not None]
+    return 100 * sum(errs) / len(errs) if errs else None
+
+
+def summary(rows: list[Row]) -> dict:
+    """MAPE per benchmark and overall, fit and held-out rows apart."""
+    out: dict = {}
+    for split in ("fit", "held_out"):
+        sel = [r for r in rows if r.estimate is not None and (r.result.fit == (split == "fit"))]
+        per = {}
+        for b in sorted({r.result.benchmark for r in sel}):
+            rb = [r for r in sel if r.result.benchmark == b]
+            per[b] = {"rows": len(rb), "mape": round(mape(rb), 2)}
+        out[split] = {"rows": len(sel), "mape": round(mape(sel), 2) if sel else None, "per_benchmark": per}
+    out["skipped"] = sum(1 for r in rows if r.estimate is None)
+    return out
+
+
+# -- calibration fit --------------------------------------------------------------------------
+
+def _get(cal: Calibration, name: str) -> float:
+    if name.startswith("eff:"):
+        return cal.efficiency(name[4:])
+    return getattr(cal, name)
+
+
+def _set(cal: Calibration, name: str, v: float) -> Calibration:
+    if name.startswith("eff:"):
+        eff = dict(cal.gemm_eff)
+        eff[name[4:]] = v
+        return replace(cal, gemm_eff=eff)
+    return replace(cal, **{name: v})
+
+
+def _loss(pred: Predictor, rows: list[Result], cal: Calibration) -> float:
+    """Mean absolute log error with each row's layout held fixed (cheap: no search)."""
+    errs = []
+    for r in rows:
+        row = pred.predict(r, cal, research=False)
+        if row.estimate is not None:
+            errs.append(abs(math.log(row.estimate.minutes / r.minutes)))
+    return sum(errs) / len(errs) if errs else float("inf")
+
+
+def _golden(f, lo: float, hi: float, iters: int = 24) -> float:
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def fit(calib: Calibration, results: list[Result] | None = None, rounds: int = 3,
+        log=lambda msg: None) -> Calibration:
+    """Fit PARAMS on the fit rows: alternate (a) the layout search per row under the current
+    parameters with (b) coordinate-wise golden-section search of each parameter, layouts fixed."""
+    allr = results if results is not None else load_results()
+    rows = [r for r in allr if r.fit and gpu_for_result(r.accelerator) is not None]
+    if not rows:
+        raise ConfigError("calibrate: no fit rows (NVIDIA submissions on catalog GPUs) in the results")
+    pred = Predictor(calib)
+    cal = calib
+    gens = {gpu_for_result(r.accelerator).generation for r in rows}
+    names = [n for n in PARAMS if not n.startswith("eff:") or n[4:] in gens]
+    for k in range(rounds):
+        usable = [r for r in rows if pred.predict(r, cal).estimate is not None]
+        for _sweep in range(2):
+            for name in names:
+                lo, hi = PARAMS[name]
+                best = _golden(lambda v: _loss(pred, usable, _set(cal, name, v)), lo, hi)
+                cal = _set(cal, name, best)
+        log(f"round {k + 1}: mean |log error| on {len(usable)} fit rows = {_loss(pred, usable, cal):.4f}")
+    return replace(cal, fitted_on=f"{len(rows)} MLPerf results submitted by {', '.join(FIT_SUBMITTERS)} "
+                                  "on catalog GPUs (data/mlperf_results.csv); all other submitters held out",
+                   fit_rows=len(rows), source="trainperf plan calibrate")

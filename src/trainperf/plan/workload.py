@@ -1,0 +1,86 @@
+"""A benchmark as the planner sees it: the model (from the recipe `trainperf run` uses), the MLPerf
+rules that shape time-to-train (RCP units, evaluation cadence and size), and LoRA or not."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainperf.config import ConfigError, ModelConfig, list_recipes, load_recipe
+
+RULES = Path(__file__).with_name("benchmarks.toml")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # recipe name, e.g. gpt3_175b
+    mlperf: str  # MLPerf's name, e.g. gpt3 (RCP files, results)
+    model: ModelConfig
+    default_gbs: int
+    lora: bool
+    rcp_unit: str  # "tokens" or "samples"
+    eval_every_samples: int
+    eval_samples: float  # sequences per evaluation
+    skip_a: float  # evaluations skipped at the start: floor(skip_a * GBS + skip_b)
+    skip_b: int
+    model_source: str  # where the shape came from
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.seq_len
+
+    def evals(self, samples: float, gbs: int) -> float:
+        """Evaluations on the clock while training `samples` sequences at batch `gbs` (the last one
+        reaches the target). Fractional: the RCP mean falls between evaluation points."""
+        every = math.ceil(self.eval_every_samples / gbs) * gbs
+        skipped = math.floor(self.skip_a * gbs + self.skip_b)
+        return max(1.0, samples / every - skipped)
+
+
+@functools.lru_cache(maxsize=1)
+def _rules() -> dict:
+    return tomllib.loads(RULES.read_text(encoding="utf-8"))
+
+
+def known() -> list[str]:
+    return [k for k in _rules() if k != "precision_by_round"]
+
+
+def max_precision(round_: str) -> str:
+    """Lowest-precision matmul format closed submissions could use in MLPerf round '5.1'."""
+    table = _rules()["precision_by_round"]
+    return table.get(round_.lstrip("v"), "fp4")
+
+
+def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | None = None,
+                   gbs: int | None = None) -> Benchmark:
+    """The benchmark `name` (recipe name or MLPerf name). The model comes from `recipes/<name>.toml`
+    when it exists; `model`/`gbs` override it (tests, custom shapes). `round_` ('5.0') picks the
+    evaluation cadence of that MLPerf round where it changed."""
+    rules = _rules()
+    key = next((k for k in known() if name in (k, rules[k]["mlperf"])), None)
+    if key is None:
+        raise ConfigError(f"plan: unknown benchmark '{name}' (known: {', '.join(known())})")
+    r = dict(rules[key])
+    over = r.get(f"v{round_.lstrip('v').replace('.', '_')}") if round_ else None
+    if over:
+        r.update(over)
+    if model is None:
+        if key not in list_recipes():
+            raise ConfigError(f"plan: recipes/{key}.toml not found (the planner takes the model from the recipe)")
+        rec = load_recipe(key)
+        model, default_gbs, src = rec.model, rec.train.global_batch_size, rec.source
+        if model.vocab_size == 0:
+            raise ConfigError(f"plan: recipes/{key}.toml leaves model.vocab_size to the tokenizer; the planner needs it")
+    else:
+        default_gbs, src = gbs or 1, "given"
+    if r["lora"] and model.lora_rank <= 0:
+        raise ConfigError(f"plan: {key} is a LoRA benchmark but its model has lora_rank=0")
+    eval_samples = r["eval_tokens"] / model.seq_len if "eval_tokens" in r else r["eval_samples"]
+    return Benchmark(name=key, mlperf=r["mlperf"], model=model, default_gbs=gbs or default_gbs,
+                     lora=bool(r["lora"]), rcp_unit=r["rcp_unit"], eval_every_samples=r["eval_every_samples"],
+                     eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src)
