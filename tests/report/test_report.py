@@ -1,0 +1,152 @@
+"""`trainperf report` on real run directories, and its one-line errors."""
+
+import base64
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.report.page import build_report
+from trainperf.report.rundir import RunDirError, load_run
+from trainperf.report.scaling import canonical_kind, load_plan, load_published
+from trainperf.report.verdict import Verdict, compliance, olympic_mean, score_runs
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _copy(run_dir: Path, dst: Path) -> Path:
+    shutil.copytree(run_dir, dst)
+    return dst
+
+
+def test_report_page_is_self_contained(run_dir, tmp_path, capsys):
+    second = _copy(run_dir, tmp_path / "run0b")
+    out = tmp_path / "rep"
+    assert main(["report", str(run_dir), str(second), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "compliance pass" in printed and "wrote" in printed
+    page = (out / "index.html").read_text()
+    for name in ("loss.png", "throughput.png", "breakdown.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    # every image is inline, and nothing on the page needs the network
+    srcs = re.findall(r'src="([^"]+)"', page)
+    assert len(srcs) == 3 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert base64.b64decode(srcs[0].split(",", 1)[1]) == (out / "loss.png").read_bytes()
+    assert "http://" not in page and "https://" not in page
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["benchmark"] in page and ">pass<" in page
+    assert f"{summary['time_to_train_s']:.1f} s" in page
+    # two runs of five required: no score is made up
+    assert "not scored: 2 of the 5 runs" in page
+
+
+def test_crossing_is_first_eval_at_target(run_dir):
+    run = load_run(run_dir)
+    hit = run.crossing()
+    assert hit is not None and hit["eval_loss"] <= run.target
+    assert all(r["eval_loss"] > run.target for r in run.evals if r["step"] < hit["step"])
+    assert run.eval_tokens(hit) == hit["samples"] * 32
+
+
+def test_existing_report_is_not_overwritten(run_dir, tmp_path, capsys):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "index.html").write_text("mine")
+    assert main(["report", str(run_dir), "--out", str(out), "--no-check"]) == 1
+    assert "index.html" in capsys.readouterr().err
+    assert (out / "index.html").read_text() == "mine"
+
+
+def test_dir_without_metrics_names_the_file(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "rep")]) == 1
+    err = capsys.readouterr().err
+    assert "metrics.jsonl" in err and "Traceback" not in err and err.count("\n") == 1
+    assert not (tmp_path / "rep").exists()
+
+
+def test_half_written_run_is_refused(run_dir, tmp_path, capsys):
+    half = _copy(run_dir, tmp_path / "half")
+    (half / "summary.json").unlink()
+    rows = (half / "metrics.jsonl").read_text().splitlines()
+    (half / "metrics.jsonl").write_text("\n".join(r for r in rows if '"end"' not in r) + "\n")
+    assert main(["report", str(half), "--out", str(tmp_path / "rep")]) == 1
+    err = capsys.readouterr().err
+    assert "summary.json" in err and "half-written" in err
+    # a metrics file cut mid-line names the line
+    (half / "metrics.jsonl").write_text("\n".join(rows[:2]) + "\n" + rows[2][:15])
+    with pytest.raises(RunDirError, match=r"metrics.jsonl:3"):
+        load_run(half)
+
+
+def test_failed_compliance_shows_checker_reason(run_dir, tmp_path):
+    bad = _copy(run_dir, tmp_path / "bad")
+    log = bad / "result_0.txt"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True)
+                           if '"key": "global_batch_size"' not in ln))
+    v = compliance(load_run(bad))
+    assert v.status == "fail" and "result_0.txt" in v.detail and v.detail.split(": ", 1)[1]
+
+
+def _fake(name, minutes, status="success", runs_per_result=5):
+    from trainperf.report.rundir import RunData
+
+    return RunData(path=Path(name), summary={"benchmark": "tiny", "status": status, "device": "cpu",
+                                             "world_size": 1, "time_to_train_s": minutes * 60},
+                   config={"recipe": {"benchmark": {"runs_per_result": runs_per_result}}})
+
+
+def test_score_is_olympic_mean_and_refuses_invalid_sets():
+    assert olympic_mean([5.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(10 / 3)
+    ok = [Verdict("pass", "")] * 5
+    runs = [_fake(f"r{i}", m) for i, m in enumerate([5.0, 1.0, 2.0, 3.0, 100.0])]
+    (sc,) = score_runs(runs, ok)
+    assert sc.minutes == pytest.approx(10 / 3) and sc.runs == 5
+    # one run that missed the target is dropped as the slowest; two make the set invalid
+    runs[4] = _fake("r4", 1.5, status="aborted")
+    assert score_runs(runs, ok)[0].minutes == pytest.approx((2 + 3 + 5) / 3)
+    runs[3] = _fake("r3", 1.5, status="aborted")
+    assert score_runs(runs, ok)[0].minutes is None
+    # a run the checker failed cannot count either
+    runs = [_fake(f"r{i}", m) for i, m in enumerate([5.0, 1.0, 2.0, 3.0, 4.0])]
+    verdicts = [Verdict("fail", "x"), Verdict("fail", "y")] + ok[:3]
+    assert score_runs(runs, verdicts)[0].minutes is None
+    assert "2 of the 5" in score_runs(runs[:2], ok[:2])[0].note
+
+
+def test_plan_formats_and_published_points(tmp_path):
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps([{"gpu": "h100", "gpus": 512, "minutes": 60.0},
+                                {"gpu": "gb200", "gpus": 512, "minutes": 20.0}]))
+    bench, pts = load_plan(flat)
+    assert bench is None and {(p.gpu, p.gpus) for p in pts} == {("h100", 512), ("gb200", 512)}
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({"benchmark": "gpt3_175b", "sweep": {"H100": [{"num_gpus": 512, "minutes": 55.0}]}}))
+    assert load_plan(nested) == ("gpt3_175b", load_plan(nested)[1])
+    assert load_plan(nested)[1][0].gpu == "h100"
+    assert canonical_kind("NVIDIA Blackwell GPU (GB200)") == "gb200"
+    assert canonical_kind("NVIDIA Blackwell GPU (B200-SXM-180GB)") == "b200"
+    csv = tmp_path / "pub.csv"
+    csv.write_text("version,benchmark,submitter,system,accelerator,num_accelerators,minutes,source\n"
+                   "v4.0,gpt3,A,s1,NVIDIA H100-SXM5-80GB,512,50.0,x\n"
+                   "v4.0,gpt3,B,s2,NVIDIA Blackwell GPU (GB200),512,18.0,x\n"
+                   "v4.0,gpt3,C,s3,NVIDIA Blackwell GPU (B200-SXM-180GB),512,25.0,x\n"
+                   "v4.0,llama31_8b,D,s4,NVIDIA H100-SXM5-80GB,8,100.0,x\n")
+    pub = load_published("gpt3_175b", {"h100", "gb200"}, csv)
+    assert sorted((p.gpu, p.minutes) for p in pub) == [("gb200", 18.0), ("h100", 50.0)]
+    out = tmp_path / "rep"
+    rep = build_report([], out, plans=[nested, flat], published=csv)
+    assert [p.name for p in rep.images] == ["scaling.png", "scaling2.png"]
+    page = (out / "index.html").read_text()
+    assert "1 published MLPerf results from pub.csv" in page  # the plan names gpt3_175b; only h100 rows
+    assert "no published results for these GPU kinds" in page  # the flat plan names no benchmark
+
+
+def test_bad_plan_is_one_line(tmp_path, capsys):
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps({"nothing": [1, 2]}))
+    assert main(["report", "--plan", str(p), "--out", str(tmp_path / "rep")]) == 1
+    assert "plan.json" in capsys.readouterr().err
