@@ -1,0 +1,97 @@
+"""FLOPs, memory and collective formulas against hand calculations and published numbers."""
+
+import math
+
+import pytest
+
+from trainperf.config import ModelConfig
+from trainperf.plan import comm
+from trainperf.plan.flops import flops_per_token, layer_gemms, matmul_params, megatron_flops_per_iteration, six_n
+from trainperf.plan.memory import activation_bytes_per_layer, korthikanti_per_layer, state_bytes
+
+GPT3 = ModelConfig(family="gpt", n_layer=96, d_model=12288, n_head=96, d_ff=49152, vocab_size=50257,
+                   seq_len=2048, tie_embeddings=True, bias=True)
+
+
+def test_gpt3_training_compute_matches_the_gpt3_paper():
+    # Brown et al. 2020, Table D.1: 3.14e23 FLOPs to train 175B on 300B tokens (the 6·N rule)
+    total = six_n(GPT3) * 300e9
+    assert total == pytest.approx(3.14e23, rel=0.01)
+    assert matmul_params(GPT3) == 96 * 12 * 12288**2 + 12288 * 50257
+
+
+def test_flops_per_token_is_megatrons_per_iteration_formula():
+    # Narayanan et al. 2021: 72·B·s·l·h²·(1 + s/6h + V/12lh) per iteration without recompute
+    B, s = 1536, 2048
+    ours = flops_per_token(GPT3) * B * s
+    assert ours == pytest.approx(megatron_flops_per_iteration(B, s, 96, 12288, 50257), rel=1e-12)
+    # with full recompute the layers' forward runs twice: 96 instead of 72, the head not repeated
+    rc = megatron_flops_per_iteration(B, s, 96, 12288, 50257, recompute=True)
+    fwd_layers = (flops_per_token(GPT3) - 6 * 12288 * 50257) / 3 * B * s
+    assert rc == pytest.approx(ours + fwd_layers, rel=1e-12)
+
+
+def test_layer_gemms_shard_by_tp():
+    cfg = ModelConfig(family="llama", n_layer=2, d_model=4096, n_head=32, n_kv_head=8, d_ff=14336, vocab_size=1000)
+    g1 = {g.name: (g.n, g.k) for g in layer_gemms(cfg, 1)}
+    g4 = {g.name: (g.n, g.k) for g in layer_gemms(cfg, 4)}
+    assert g1["qkv"] == ((32 + 16) * 128, 4096) and g4["qkv"] == (48 * 128 // 4, 4096)
+    assert g1["mlp_in"] == (2 * 14336, 4096) and g4["mlp_out"] == (4096, 14336 // 4)
+    # the sharded GEMMs add up to the layer's forward matmul FLOPs per token
+    per_tok = sum(2 * n * k for n, k in g1.values())
+    from trainperf.model.flops import forward_breakdown
+
+    b = forward_breakdown(cfg)
+    assert per_tok * cfg.n_layer == b.attn_proj + b.mlp
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("selective", [False, True])
+def test_activation_memory_is_korthikanti(t, sp, selective):
+    cfg = ModelConfig(family="gpt", n_layer=1, d_model=1024, n_head=16, d_ff=4096, vocab_size=100)
+    s, b = 2048, 2
+    ours = activation_bytes_per_layer(cfg, s, b, tp=t, sp=sp, flash=False, dropout=True,
+                                      recompute="selective" if selective else "none")
+    if not sp and selective:
+        # the paper's selective formula is given with sequence parallelism; without it: 10 + 24/t
+        assert ours == pytest.approx(s * b * 1024 * (10 + 24 / t))
+        return
+    assert ours == pytest.approx(korthikanti_per_layer(s, b, 1024, 16, t, sp=sp, selective=selective))
+
+
+def test_activation_memory_full_recompute_and_flash():
+    cfg = ModelConfig(family="gpt", n_layer=1, d_model=1024, n_head=16, d_ff=4096, vocab_size=100)
+    s, b, t = 4096, 1, 4
+    assert activation_bytes_per_layer(cfg, s, b, tp=t, recompute="full") == 2 * s * b * 1024 / t
+    # FlashAttention drops the 5as²b score terms; no dropout drops the 2sbh of masks: 32·sbh/t left
+    assert activation_bytes_per_layer(cfg, s, b, tp=t) == pytest.approx(32 * s * b * 1024 / t)
+
+
+def test_optimizer_state_sharding():
+    w, g, o = state_bytes(1e9, 0, dp_shard=1, precision="bf16")
+    assert (w + g + o) / 1e9 == 18  # 2 + 4 + 12 bytes/param (Megatron's mixed-precision Adam)
+    w, g, o = state_bytes(1e9, 0, dp_shard=8, precision="bf16")
+    assert (w + g + o) / 1e9 == pytest.approx(6 + 12 / 8)
+    # LoRA: the frozen base only holds bf16 weights
+    w, g, o = state_bytes(1e6, 1e9, dp_shard=1, precision="bf16")
+    assert w == pytest.approx(2 * (1e9 + 1e6)) and g == 4e6 and o == 12e6
+
+
+def test_collectives_follow_alpha_beta():
+    link = comm.Link(bytes_per_s=100e9, alpha_s=5e-6)
+    n, p = 1e9, 8
+    assert comm.all_reduce(n, p, link) == pytest.approx(2 * 7 * 5e-6 + 2 * 7 / 8 * n / 100e9)
+    assert comm.reduce_scatter(n, p, link) == pytest.approx(7 * 5e-6 + 7 / 8 * n / 100e9)
+    assert comm.all_gather(n, p, link) == comm.reduce_scatter(n, p, link)
+    assert comm.all_reduce(n, 1, link) == 0.0
+    assert comm.p2p(n, link) == pytest.approx(5e-6 + 0.01)
+    nic = comm.Link(bytes_per_s=40e9, alpha_s=1e-5)
+    # one domain only: the hierarchical collective is the flat ring on NVLink
+    assert comm.hier_all_reduce(n, 8, 1, link, nic) == pytest.approx(comm.all_reduce(n, 8, link))
+    # across domains: RS inside + AR of n/8 across + AG inside
+    h = comm.hier_all_reduce(n, 8, 16, link, nic)
+    assert h == pytest.approx(2 * comm.reduce_scatter(n, 8, link) + comm.all_reduce(n / 8, 16, nic))
+    assert h < comm.all_reduce(n, 128, nic)  # the point of going hierarchical
+    assert math.isclose(comm.hier_reduce_scatter(n, 8, 16, link, nic),
+                        comm.reduce_scatter(n, 8, link) + comm.reduce_scatter(n / 8, 16, nic))
