@@ -27,7 +27,7 @@ def cmd_report(args) -> int:
 
     with _one_line_errors():
         rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
-                           force=args.force, published=args.published)
+                           force=args.force, published=args.published, benchmarks=args.benchmark)
     for run, v in zip(args.run_dirs, rep.verdicts):
         print(f"{run}: compliance {v.status} ({v.detail})")
     for sc in rep.scores:
@@ -73,6 +73,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="`trainperf plan ... --json` output to draw as a scaling curve (repeatable)")
     p.add_argument("--published", type=Path, default=None, metavar="CSV",
                    help="published MLPerf results to draw beside the plan (default: the package's copy)")
+    p.add_argument("--benchmark", action="append", default=[], metavar="NAME",
+                   help="benchmark of --plan JSON that does not name one (plan sweep output), e.g. "
+                        "gpt3_175b: once for all plans, or once per --plan in order")
     p.add_argument("--no-check", action="store_true", help="skip the official compliance checker")
     p.add_argument("--force", action="store_true", help="replace an existing report in --out")
     p.set_defaults(handler=cmd_report)

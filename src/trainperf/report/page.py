@@ -117,8 +117,14 @@ def _figure(name: str, png: bytes, caption: str) -> str:
 
 
 def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | Path] = (),
-                 check: bool = True, force: bool = False, published: Path | None = None) -> Report:
-    """Write `out/index.html` and the PNGs it shows; returns what was written and the verdicts."""
+                 check: bool = True, force: bool = False, published: Path | None = None,
+                 benchmarks: list[str] = ()) -> Report:
+    """Write `out/index.html` and the PNGs it shows; returns what was written and the verdicts.
+
+    `benchmarks` name the benchmark of plans whose JSON does not (one for all, or one per plan)."""
+    if benchmarks and len(benchmarks) not in (1, len(plans)):
+        raise RunDirError(f"report: {len(benchmarks)} --benchmark names for {len(plans)} --plan files "
+                          "(give one for all, or one per plan)")
     if not run_dirs and not plans:
         raise RunDirError("report: give at least one run directory (or a --plan JSON)")
     out = Path(out)
@@ -146,7 +152,8 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         figures.append(("breakdown.png", plots.fig_breakdown(runs),
                         "Time from run_start to run_stop split by the loop's timers, and the final save"))
     for j, (bench, points) in enumerate(plan_data):
-        bench = bench or (runs[0].summary["benchmark"] if runs else None)
+        named = benchmarks[0] if len(benchmarks) == 1 else benchmarks[j] if benchmarks else None
+        bench = bench or named or (runs[0].summary["benchmark"] if runs else None)
         kinds = {p.gpu for p in points}
         pub = load_published(bench, kinds, published)
         src = published or published_csv()

@@ -22,8 +22,8 @@ METRIC_LABEL = {"nats_per_byte": "validation loss (nats/byte)",
 
 # Fixed order and words for the loop's timers; keys the loop may add later still get drawn.
 _PHASES = {"data": "data wait", "compute": "forward/backward + optimizer", "fwd_bwd": "forward/backward",
-           "optimizer": "optimizer", "eval": "evaluation", "other": "other (logging, loop)",
-           "save": "save weights (after the timed run)"}
+           "optimizer": "optimizer", "eval": "evaluation", "checkpoint": "checkpoints",
+           "other": "other (logging, loop)", "save": "save weights (after the timed run)"}
 
 
 def color(i: int):
@@ -72,7 +72,7 @@ def fig_loss(runs: list[RunData]) -> bytes:
         if hit is not None:
             ax_t.plot(hit["elapsed_s"] / div, hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6, zorder=5)
             ax_t.annotate(f"{hit['elapsed_s'] / div:.3g} {unit}", (hit["elapsed_s"] / div, hit["eval_loss"]),
-                          textcoords="offset points", xytext=(4, 6), fontsize=8, color=c)
+                          textcoords="offset points", xytext=(6, 6 + 11 * (i % 3)), fontsize=8, color=c)
             if run.eval_tokens(hit) is not None:
                 ax_n.plot(run.eval_tokens(hit), hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6,
                           zorder=5)
@@ -131,9 +131,9 @@ def breakdown(run: RunData) -> dict[str, float]:
 def fig_breakdown(runs: list[RunData]) -> bytes:
     """Where each run's time went, one stacked horizontal bar per run."""
     parts = [breakdown(run) for run in runs]
-    keys = [k for k in _PHASES if any(k in p for p in parts)]
-    keys += sorted({k for p in parts for k in p} - set(keys))
-    fig, ax = plt.subplots(figsize=(11, 1.4 + 0.45 * len(runs)), constrained_layout=True)
+    present = {k for p in parts for k, v in p.items() if v > 0}
+    keys = [k for k in _PHASES if k in present] + sorted(present - set(_PHASES))
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.45 * len(runs)), constrained_layout=True)
     names = [run.name for run in runs]
     tmax = max((sum(p.values()) for p in parts), default=1.0)
     div, unit = time_unit(tmax)
@@ -146,8 +146,8 @@ def fig_breakdown(runs: list[RunData]) -> bytes:
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     ax.set_title("Where the time went (run start to finish, plus the final save)", fontsize=10)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(runs) < 3 else -0.12),
-              ncol=min(len(keys), 6), frameon=False)
+    # beside the bars, so it never covers them or the axis label whatever the number of runs
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)
 

@@ -1,8 +1,9 @@
 """Points for the scaling chart: `trainperf plan` predictions and published MLPerf results.
 
 The plan JSON is read leniently: any list of objects with a GPU count and minutes counts as points
-(`[{"gpu": "h100", "gpus": 512, "minutes": 64.2}, ...]`, or such lists nested under keys, where a key
-may name the GPU kind), so the report follows the planner's output as it grows.
+(`plan sweep --json`: `[{"gpu": "h100", "gpus": 512, "minutes": 64.2, ...}, ...]`; one `plan --json`
+object, with its `vs` plan; or such lists nested under keys, where a key may name the GPU kind).
+`plan sweep` does not name the benchmark in its JSON, so `report --benchmark` can.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ KNOWN_KINDS = ("a100", "h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x
                "mi355x", "gaudi2", "l40s", "tpuv5p", "tpuv5e", "trillium")
 _COUNT_KEYS = ("gpus", "num_gpus", "gpu_count", "count", "num_accelerators", "n_gpus")
 _MINUTE_KEYS = ("minutes", "predicted_minutes", "time_to_train_min", "ttt_minutes")
+# runners-up of one plan are other layouts at the same GPU count, not points of a scaling curve
+_NOT_POINTS = ("layouts", "search", "calibration", "layout", "breakdown_s", "memory_breakdown_gb")
 
 
 def canonical_kind(name: str) -> str:
@@ -55,13 +58,16 @@ def _walk(obj, gpu_hint: str | None, bench_hint: str | None, out: list[tuple[str
         return
     if not isinstance(obj, dict):
         return
-    bench = obj.get("benchmark") if isinstance(obj.get("benchmark"), str) else bench_hint
+    named = _first(obj, ("mlperf_benchmark", "benchmark"))
+    bench = named if isinstance(named, str) else bench_hint
     gpu = obj.get("gpu") if isinstance(obj.get("gpu"), str) else gpu_hint
     count, minutes = _first(obj, _COUNT_KEYS), _first(obj, _MINUTE_KEYS)
     if gpu and isinstance(count, (int, float)) and isinstance(minutes, (int, float)) and count > 0 and minutes > 0:
         out.append((bench, Point(canonical_kind(gpu), int(count), float(minutes))))
-        return
+        gpu = None  # a nested plan (e.g. "vs") names its own GPU
     for key, value in obj.items():
+        if key in _NOT_POINTS:
+            continue
         if isinstance(value, (list, dict)):
             # a key like "h100" under which a list of points sits names their GPU kind
             hint = key if canonical_kind(key) in KNOWN_KINDS else gpu
