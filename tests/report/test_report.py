@@ -150,3 +150,22 @@ def test_bad_plan_is_one_line(tmp_path, capsys):
     p.write_text(json.dumps({"nothing": [1, 2]}))
     assert main(["report", "--plan", str(p), "--out", str(tmp_path / "rep")]) == 1
     assert "plan.json" in capsys.readouterr().err
+
+
+def test_report_draws_real_plan_output(tmp_path, capsys):
+    """What `trainperf plan sweep --json` and `trainperf plan --json --vs` print, as the report reads it."""
+    pytest.importorskip("trainperf.plan.api")
+    assert main(["plan", "sweep", "llama2_70b_lora", "--gpu", "h100,h200", "--gpus", "64,512", "--json"]) == 0
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(capsys.readouterr().out)
+    bench, pts = load_plan(sweep)
+    assert bench is None and {p.gpu for p in pts} == {"h100", "h200"} and {p.gpus for p in pts} >= {64, 512}
+    assert main(["plan", "llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--vs", "h100", "--json"]) == 0
+    single = tmp_path / "single.json"
+    single.write_text(capsys.readouterr().out)
+    bench, pts = load_plan(single)
+    assert bench == "llama2_70b_lora" and sorted((p.gpu, p.gpus) for p in pts) == [("h100", 512), ("h200", 512)]
+    rep = build_report([], tmp_path / "rep", plans=[sweep, single], benchmarks=["llama2_70b_lora"])
+    page = (tmp_path / "rep" / "index.html").read_text()
+    # the package's published results sit beside both curves (the CSV has H100 and H200 rows for it)
+    assert page.count("published MLPerf results from mlperf_results.csv (scaling") == 2 and len(rep.images) == 2
