@@ -25,6 +25,8 @@ def _one_line_errors():
 def cmd_report(args) -> int:
     from trainperf.report.page import build_report
 
+    if not args.run_dirs and not args.plan:
+        raise CLIError("report: give at least one run directory (or a --plan JSON)")
     with _one_line_errors():
         rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
                            force=args.force, published=args.published, benchmarks=args.benchmark)
