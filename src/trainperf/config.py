@@ -127,6 +127,13 @@ class ParallelConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every_steps: int = 0  # 0 -> no checkpoints; N -> a distributed checkpoint every N steps and at the end
+    keep: int = 3  # committed checkpoints kept (the oldest are deleted)
+    dir: str = ""  # "" -> <run dir>/checkpoints (must be on a filesystem every node sees)
+
+
+@dataclass
 class SmokeConfig:
     """`trainperf run BENCH --smoke`: the benchmark's control flow shrunk to run in seconds on a CPU."""
 
@@ -144,6 +151,7 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
     source: str = ""  # file the recipe came from
 
@@ -357,3 +365,9 @@ def validate(r: Recipe) -> None:
            "must be none, selective or full")
     _check(m.n_head % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide model.n_head={m.n_head}")
     _check(m.kv_heads % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide the {m.kv_heads} kv heads")
+    _check(p.pp == 1, "parallel.pp", "pipeline parallelism is not implemented yet (use 1)")
+    _check(p.cp == 1, "parallel.cp", "context parallelism is not implemented yet (use 1)")
+    _check(p.tp == 1 or m.lora_rank == 0, "parallel.tp", "tensor parallelism with LoRA adapters is not supported")
+    c = r.checkpoint
+    _check(c.every_steps >= 0, "checkpoint.every_steps", "must be >= 0 (0 disables checkpoints)")
+    _check(c.keep >= 1, "checkpoint.keep", "must be >= 1")

@@ -15,6 +15,12 @@ class DistEnv:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    # the data-parallel peers evaluation sums over (set by `parallelize`; None -> every rank)
+    dp_group: object = None
+    # how many times torchrun restarted this worker group (>0: resume from the last checkpoint)
+    restart_count: int = 0
+    # launched by torchrun (which restarts workers that exit non-zero)
+    elastic: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -26,7 +32,7 @@ class DistEnv:
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.distributed:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.dp_group)
         return t
 
     def barrier(self) -> None:
@@ -50,4 +56,5 @@ def init_env(device: str = "auto") -> DistEnv:
         dev = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return DistEnv(rank, world, local, dev)
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return DistEnv(rank, world, local, dev, restart_count=restarts, elastic="TORCHELASTIC_RUN_ID" in os.environ)

@@ -29,6 +29,7 @@ from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
 from trainperf.parallel.apply import comm_precision, dp_info, parallelize, unwrap
 from trainperf.parallel.env import DistEnv
+from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.peak import device_peak
 from trainperf.train.save import save_final
 
@@ -44,6 +45,7 @@ class RunOptions:
     max_steps: int = 0  # 0 -> the recipe's
     progress: bool = True
     on_event: Callable[[dict], None] | None = None  # receives every metrics row (for live displays)
+    resume: Path | None = None  # a run or checkpoint directory to continue from
 
 
 @dataclass
@@ -71,6 +73,10 @@ class Summary:
     corpus_fingerprint: str
     time_breakdown_s: dict = field(default_factory=dict)
     deviations: list = field(default_factory=list)
+    restarts: int = 0  # earlier attempts of this run (torchrun restarts, --resume in place)
+    lost_steps: int = 0  # steps those attempts ran past their last checkpoint (redone)
+    resumed_from_step: int = 0
+    checkpoints: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -118,13 +124,19 @@ def evaluate(model: torch.nn.Module, ev: EvalSet, r: Recipe, env: DistEnv, batch
     dp_rank, dp_size = dp_info(r.parallel, env)
     total = torch.zeros(2, dtype=torch.float64)
     for inputs, targets in zip(ev.inputs, ev.targets):
-        for i in range(dp_rank * batch, inputs.shape[0], batch * dp_size):
+        # every rank runs the same number of forwards (sharded models gather weights collectively
+        # in each one); a rank past the end repeats the first batch and scores nothing
+        for k in range(math.ceil(inputs.shape[0] / (batch * dp_size))):
+            i = (k * dp_size + dp_rank) * batch
+            scored = i < inputs.shape[0]
+            i = i if scored else 0
             x = inputs[i:i + batch].to(env.device)
             y = targets[i:i + batch].to(env.device)
             with autocast_ctx(r, env.device):
                 losses = model(x, y)
-            total[0] += losses.double().sum().cpu()
-            total[1] += losses.numel()
+            if scored:
+                total[0] += losses.double().sum().cpu()
+                total[1] += losses.numel()
     model.train()
     total = env.all_reduce_sum(total.to(env.device)).cpu()
     loss_sum = float(total[0])
@@ -144,18 +156,20 @@ def _check_out(out: Path, seed: int) -> None:
 
 def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
     out, seed = opts.out, opts.seed
+    ckpt = Checkpointer(r, out, env, seed, opts.resume)  # picks and verifies what to resume from, if anything
     if env.is_main:
+        ckpt.set_aside_previous_attempt()
         _check_out(out, seed)
         out.mkdir(parents=True, exist_ok=True)
     env.barrier()
     log = MLPerfLog(out / f"result_{seed}.txt", enabled=env.is_main)
     try:
-        return _train(r, env, opts, log)
+        return _train(r, env, opts, log, ckpt)
     finally:
         log.close()
 
 
-def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary:
+def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Checkpointer) -> Summary:
     out, seed = opts.out, opts.seed
     t, e = r.train, r.eval
     log.event(C.CACHE_CLEAR, True)
@@ -190,8 +204,9 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary
     torch.manual_seed(seed)
     model = Transformer(r.model)
     n_params = sum(p.numel() for p in model.parameters())
-    model = parallelize(model, r.parallel, env)
+    model = parallelize(model, r.parallel, env, t.precision)
     opt = build_optimizer(model, r, env.device)
+    resumed = ckpt.load(model, opt)
     batches = TrainBatches(data.train, r.model.seq_len, t.global_batch_size, seed)
     ev = build_eval_set(data, r.model.seq_len, r.data.eval_bytes, e.eval_samples)
     fpt = flops_per_token(unwrap(model).cfg)
@@ -249,7 +264,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary
     log.end(C.INIT_STOP)
     log.start(C.RUN_START)
     t_start = time.perf_counter()
-    step, status, last_eval, n_evals = 0, C.ABORTED, float("nan"), 0
+    step, status, last_eval, n_evals = resumed.step, C.ABORTED, float("nan"), resumed.n_evals
     loss_acc = torch.zeros((), device=env.device)
     t_log, steps_since_log = time.perf_counter(), 0
     emit({"kind": "start", "target": e.target, "metric": e.metric, "max_steps": max_steps,
@@ -257,8 +272,10 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary
     try:
         while step < max_steps:
             log.start(C.BLOCK_START, samples_count=step * t.global_batch_size)
-            block_end = min(step + steps_per_eval, max_steps)
+            # aligned to the eval cadence, so a resumed run evaluates at the same steps
+            block_end = min((step // steps_per_eval + 1) * steps_per_eval, max_steps)
             while step < block_end:
+                ckpt.before_step(step, model, opt, n_evals)
                 lr = lr_at(step, r)
                 for g in opt.param_groups:
                     g["lr"] = lr
@@ -285,7 +302,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary
                 times["data"] += t1 - t0
                 times["compute"] += t2 - t1
                 if step % t.log_every == 0 or step == block_end:
-                    avg = float(loss_acc) / steps_since_log  # the one host sync per log interval
+                    # the mean over all data-parallel ranks; the one host sync per log interval
+                    avg = float(env.all_reduce_sum(loss_acc.clone())) / steps_since_log / dp_size
                     if not math.isfinite(avg):
                         raise TrainError(f"training loss became {avg} at step {step}; lower train.lr or check the data")
                     now = time.perf_counter()
@@ -332,7 +350,11 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog) -> Summary
         device=_device_name(env.device), world_size=env.world_size, out=str(out), flops_per_token=fpt,
         params=n_params, evals=n_evals, corpus_fingerprint=data.fingerprint,
         time_breakdown_s={k: round(v, 3) for k, v in times.items()}, deviations=hooks.deviations(),
+        **ckpt.summary_fields(),
     )
+    ckpt.finish(step, model, opt, n_evals)
+    summary.checkpoints = ckpt.summary_fields()["checkpoints"]
+    summary.time_breakdown_s["checkpoint"] = round(ckpt.seconds, 3)
     t0 = time.perf_counter()
     save_final(model, r, out, env, data)
     summary.time_breakdown_s["save"] = round(time.perf_counter() - t0, 3)

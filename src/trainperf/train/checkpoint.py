@@ -1,0 +1,332 @@
+"""Distributed checkpoints with torch.distributed.checkpoint (DCP): save every N steps, resume, recover.
+
+A checkpoint holds the (sharded) model and optimizer state keyed by parameter name, the step (batches
+are a pure function of (seed, step) and the learning rate of the step, so the step *is* the data and
+scheduler position), the number of evaluations done, and every rank's RNG state. Because DCP stores
+tensors by name and global shape, a checkpoint written by 2-way FSDP loads into 1 process or into TP.
+
+On disk, under `checkpoint.dir` (default `<run>/checkpoints`):
+
+    step_00000040/           committed: DCP files + `.metadata` + trainperf-checkpoint.json
+    .step_00000048.tmp/      being written, or left by a crash: never read, removed by the next save
+
+All ranks write into the hidden folder; rank 0 then writes the marker (step, recipe, layout, the size
+of every file) and renames the folder. A crash at any moment leaves the previous checkpoints and at
+most a hidden folder, never a `step_*` folder that looks complete but is not.
+
+DCP's `.metadata` is a pickle: load checkpoints you (or your cluster) wrote, not ones from strangers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainperf.config import Recipe
+from trainperf.parallel.apply import resolve_layout, unwrap
+from trainperf.parallel.env import DistEnv
+
+MARKER = "trainperf-checkpoint.json"
+FORMAT = 1
+# Recipe values a resumed run must share with its checkpoint: they decide the model, the data and the
+# optimizer's trajectory. The rest (max_steps, eval cadence, layout, micro batch, ...) may change.
+_SAME_TRAIN = ("seed", "global_batch_size", "lr", "end_lr", "warmup_steps", "decay_steps", "weight_decay",
+               "beta1", "beta2", "eps", "grad_clip", "precision", "optimizer")
+_ATTEMPT_FILES = ("metrics.jsonl", "summary.json")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used (missing, partial, corrupt, or from another recipe)."""
+
+
+@dataclass
+class Resumed:
+    step: int = 0
+    n_evals: int = 0
+
+
+def _step_of(path: Path) -> int:
+    try:
+        return int(path.name.split("_", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def committed(ckpt_dir: Path) -> list[Path]:
+    """The committed checkpoints in `ckpt_dir`, oldest first (hidden temp folders never count)."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [p for p in ckpt_dir.glob("step_*") if p.is_dir() and (p / MARKER).is_file() and _step_of(p) >= 0]
+    return sorted(found, key=_step_of)
+
+
+def verify(path: Path) -> dict:
+    """The checkpoint's marker, after checking every file it lists is there with its size."""
+    try:
+        meta = json.loads((path / MARKER).read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not a complete checkpoint (no {MARKER}; a save that never finished?)") from None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: unreadable checkpoint marker ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("files"), dict):
+        raise CheckpointError(f"{path}: not a trainperf checkpoint (format {meta.get('format') if isinstance(meta, dict) else '?'})")
+    for name, size in meta["files"].items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"{path}: corrupt checkpoint: {name} is missing")
+        if f.stat().st_size != size:
+            raise CheckpointError(f"{path}: corrupt checkpoint: {name} has {f.stat().st_size} bytes, "
+                                  f"the marker says {size}")
+    return meta
+
+
+def resolve(path: Path) -> Path:
+    """A checkpoint folder from what the user gave: a `step_*` folder, a checkpoints folder or a run."""
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint or run directory")
+    if (path / MARKER).exists() or path.name.startswith(("step_", ".step_")):
+        return path
+    for cand in (path / "checkpoints", path):
+        found = committed(cand)
+        if found:
+            return found[-1]
+    raise CheckpointError(f"{path}: holds no complete checkpoint (set checkpoint.every_steps to write some)")
+
+
+def run_dir_of(path: Path) -> Path:
+    """The run directory a `--resume` argument belongs to (where the resumed run keeps writing)."""
+    if (path / MARKER).exists() or path.name.startswith("step_"):
+        path = path.parent
+    if path.name == "checkpoints":
+        path = path.parent
+    return path
+
+
+def _compare(saved: dict, now: dict, seed: int, saved_seed: int) -> list[str]:
+    diffs = []
+    if seed != saved_seed:
+        diffs.append(f"seed is {saved_seed} there, {seed} here")
+    for section, keys in (("model", None), ("data", None), ("train", _SAME_TRAIN)):
+        a, b = saved.get(section, {}), now.get(section, {})
+        for k in keys or sorted(set(a) | set(b)):
+            if section == "data" and k == "cache_dir":
+                continue
+            if a.get(k) != b.get(k):
+                diffs.append(f"{section}.{k} is {a.get(k)!r} there, {b.get(k)!r} here")
+    return diffs
+
+
+def _fault() -> tuple[int, int] | None:
+    """TRAINPERF_FAULT=RANK:STEP: that rank SIGKILLs itself before STEP on the first attempt (recovery drills)."""
+    spec = os.environ.get("TRAINPERF_FAULT", "")
+    if not spec:
+        return None
+    try:
+        rank, step = (int(v) for v in spec.split(":"))
+    except ValueError:
+        raise CheckpointError(f"TRAINPERF_FAULT={spec!r}: expected RANK:STEP") from None
+    return rank, step
+
+
+class Checkpointer:
+    """Everything the train loop needs for checkpoints: pick what to resume from, load, save, prune."""
+
+    def __init__(self, r: Recipe, out: Path, env: DistEnv, seed: int, resume: Path | None = None):
+        self.r, self.out, self.env, self.seed = r, out, env, seed
+        self.every, self.keep = r.checkpoint.every_steps, r.checkpoint.keep
+        self.dir = Path(r.checkpoint.dir) if r.checkpoint.dir else out / "checkpoints"
+        self.seconds = 0.0
+        self.saved_step = -1
+        self.fault = _fault()
+        self.restarts = 0
+        self.lost_steps = 0
+        self.source: Path | None = None
+        own = committed(self.dir)
+        if env.restart_count > 0 and own:
+            self.source = own[-1]  # torchrun restarted us: carry on from our own last checkpoint
+        elif resume is not None:
+            self.source = resolve(resume)
+        elif env.restart_count == 0 and own:
+            raise CheckpointError(f"{self.dir}: already holds checkpoints of another run; pass --resume {self.out} "
+                                  f"to continue it, or choose another --out")
+        self.meta = verify(self.source) if self.source is not None else None
+        if self.source is not None and self.source.resolve().parent == self.dir.resolve():
+            newer = [p for p in own if _step_of(p) > _step_of(self.source)]
+            if newer:
+                raise CheckpointError(f"{self.source}: {newer[-1].name} is newer in the same run; resuming from an "
+                                      f"older step would overwrite it (use --out NEW to branch off)")
+        self.resume_step = int(self.meta["step"]) if self.meta else 0
+        if resume is not None and (out / "summary.json").exists():
+            try:
+                status = json.loads((out / "summary.json").read_text()).get("status")
+            except (OSError, ValueError):
+                status = None
+            if status == "success":
+                raise CheckpointError(f"{out}: this run already reached its target; nothing to resume")
+
+    # ---- before the run: put an earlier attempt's files aside (rank 0)
+
+    def set_aside_previous_attempt(self) -> None:
+        """A resumed or restarted run writes fresh logs; the earlier attempt's go to `attempts/N/`."""
+        out, seed = self.out, self.seed
+        result = out / f"result_{seed}.txt"
+        if not (self.source is not None or self.env.restart_count > 0):
+            return
+        attempts = out / "attempts"
+        done = sorted(int(p.name) for p in attempts.glob("*") if p.name.isdigit()) if attempts.is_dir() else []
+        files = [p for p in (result, *(out / f for f in _ATTEMPT_FILES)) if p.exists()]
+        if files:
+            reached = _last_step(out / "metrics.jsonl")
+            dest = attempts / str((done[-1] + 1) if done else 1)
+            dest.mkdir(parents=True)
+            for f in files:
+                os.replace(f, dest / f.name)
+            info = {"reached_step": reached, "resumed_from_step": self.resume_step,
+                    "lost_steps": max(0, reached - self.resume_step), "restart_count": self.env.restart_count}
+            (dest / "attempt.json").write_text(json.dumps(info, indent=1))
+            done.append(int(dest.name))
+        for n in done:
+            try:
+                info = json.loads((attempts / str(n) / "attempt.json").read_text())
+            except (OSError, ValueError):
+                continue
+            self.restarts += 1
+            self.lost_steps += int(info.get("lost_steps", 0))
+
+    # ---- load
+
+    def load(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> Resumed:
+        """Restore model, optimizer, step and RNG from the chosen checkpoint (nothing chosen: step 0)."""
+        if self.source is None:
+            return Resumed()
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        diffs = _compare(self.meta.get("recipe", {}), self.r.to_dict(), self.seed, self.meta.get("seed", -1))
+        if diffs:
+            raise CheckpointError(f"{self.source}: checkpoint of another model or recipe: " + "; ".join(diffs[:3]))
+        t0 = time.perf_counter()
+        inner = unwrap(model)
+        model_sd, optim_sd = get_state_dict(inner, opt)
+        # only tensors are read back: DCP unpickles non-tensor entries with weights_only=False, and the
+        # param groups' hyperparameters come from the recipe anyway (the lr is set every step)
+        state = {"model": model_sd, "optim": {"state": optim_sd["state"]},
+                 "train": {"step": torch.zeros((), dtype=torch.int64), "n_evals": torch.zeros((), dtype=torch.int64)}}
+        rng_key = self._rng_key()
+        same_world = self.meta.get("world_size") == self.env.world_size
+        if same_world:
+            state[rng_key] = torch.get_rng_state()
+        try:
+            dcp.load(state, checkpoint_id=str(self.source))
+        except Exception as e:  # DCP raises many types (CheckpointException, RuntimeError, KeyError...)
+            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"{self.source}: corrupt or incompatible checkpoint ({msg})") from None
+        optim_sd["state"] = state["optim"]["state"]
+        set_state_dict(inner, opt, model_state_dict=state["model"], optim_state_dict=optim_sd)
+        if same_world:
+            # the same world size: every rank continues its own random stream exactly
+            torch.set_rng_state(state[rng_key])
+        self.seconds += time.perf_counter() - t0
+        self.saved_step = int(state["train"]["step"])
+        return Resumed(int(state["train"]["step"]), int(state["train"]["n_evals"]))
+
+    def _rng_key(self) -> str:
+        return f"rng_rank{self.env.rank}"
+
+    # ---- save
+
+    def before_step(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> None:
+        """Called before each step: save the state "at the start of step `step`" every N steps."""
+        if self.every and step > 0 and step % self.every == 0 and step != self.saved_step:
+            self.save(step, model, opt, n_evals)
+        if self.fault is not None and self.env.restart_count == 0 and self.fault == (self.env.rank, step):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def finish(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> None:
+        if self.every and step != self.saved_step:
+            self.save(step, model, opt, n_evals)
+
+    def save(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> Path:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        t0 = time.perf_counter()
+        env = self.env
+        final = self.dir / f"step_{step:08d}"
+        tmp = self.dir / f".step_{step:08d}.tmp"
+        if env.is_main:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if final.exists():
+                raise CheckpointError(f"{final}: exists; a checkpoint is never overwritten")
+            if tmp.exists():
+                shutil.rmtree(tmp)  # left by a save that crashed
+        env.barrier()
+        model_sd, optim_sd = get_state_dict(unwrap(model), opt)
+        state = {"model": model_sd, "optim": optim_sd,
+                 "train": {"step": torch.tensor(step, dtype=torch.int64),
+                           "n_evals": torch.tensor(n_evals, dtype=torch.int64)},
+                 self._rng_key(): torch.get_rng_state()}
+        dcp.save(state, checkpoint_id=str(tmp))
+        if env.is_main:
+            self._commit(tmp, final, step)
+            self._prune()
+        env.barrier()
+        self.saved_step = step
+        self.seconds += time.perf_counter() - t0
+        return final
+
+    def _commit(self, tmp: Path, final: Path, step: int) -> None:
+        layout = resolve_layout(self.r.parallel, self.env.world_size)
+        meta = {"format": FORMAT, "step": step, "samples": step * self.r.train.global_batch_size,
+                "seed": self.seed, "world_size": self.env.world_size, "layout": layout.to_dict(),
+                "recipe": self.r.to_dict(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
+        marker_tmp = tmp / (MARKER + ".tmp")
+        with open(marker_tmp, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(marker_tmp, tmp / MARKER)
+        os.rename(tmp, final)  # the commit: atomic on POSIX filesystems
+        try:  # make the rename itself durable
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def _prune(self) -> None:
+        for old in committed(self.dir)[:-self.keep]:
+            # un-commit first (drop the marker), so a crash mid-delete never leaves a half checkpoint that counts
+            (old / MARKER).unlink(missing_ok=True)
+            shutil.rmtree(old, ignore_errors=True)
+
+    def summary_fields(self) -> dict:
+        return {"restarts": self.restarts, "lost_steps": self.lost_steps, "resumed_from_step": self.resume_step,
+                "checkpoints": [p.name for p in committed(self.dir)] if self.env.is_main else []}
+
+
+def _last_step(metrics: Path) -> int:
+    """The last training step an attempt logged (its metrics rows come every train.log_every steps)."""
+    last = 0
+    try:
+        lines = metrics.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed run may be cut short
+        if row.get("kind") in ("train", "eval", "end") and isinstance(row.get("step", row.get("steps")), int):
+            last = max(last, int(row.get("step", row.get("steps"))))
+    return last
