@@ -27,6 +27,7 @@ from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
+from trainperf.model.weights import CheckpointError, load_base_weights, save_adapters
 from trainperf.parallel.apply import comm_precision, dp_info, parallelize, unwrap
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import Checkpointer
@@ -203,6 +204,11 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
 
     torch.manual_seed(seed)
     model = Transformer(r.model)
+    if t.init_checkpoint:
+        try:
+            load_base_weights(model, t.init_checkpoint)
+        except CheckpointError as err:
+            raise TrainError(f"train.init_checkpoint: {err}") from None
     n_params = sum(p.numel() for p in model.parameters())
     model = parallelize(model, r.parallel, env, t.precision)
     opt = build_optimizer(model, r, env.device)
@@ -212,22 +218,20 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     fpt = flops_per_token(unwrap(model).cfg)
     peak = device_peak(env.device, t.precision)
 
+    hooks = benchmark_hooks(r)
     log.event(C.SEED, seed)
     log.event(C.GLOBAL_BATCH_SIZE, t.global_batch_size)
     log.event(C.MAX_SEQUENCE_LENGTH, r.model.seq_len)
     log.event(C.GRADIENT_ACCUMULATION_STEPS, accum)
-    log.event(C.OPT_NAME, "adamw")
     log.event(C.OPT_BASE_LR, t.lr)
     log.event(C.OPT_END_LR, t.end_lr)
     log.event(C.OPT_LR_WARMUP_STEPS, t.warmup_steps)
     log.event(C.OPT_LR_DECAY_STEPS, t.decay_steps)
     log.event(C.OPT_LR_DECAY_SCHEDULE, "cosine with linear warmup")
-    log.event(C.OPT_ADAMW_BETA_1, t.beta1)
-    log.event(C.OPT_ADAMW_BETA_2, t.beta2)
-    log.event(C.OPT_ADAMW_EPSILON, t.eps)
-    log.event(C.OPT_ADAMW_WEIGHT_DECAY, t.weight_decay)
+    hooks.log_optimizer(log)  # names and keys differ by ruleset (gpt3: "adam")
     log.event(C.OPT_GRADIENT_CLIP_NORM, t.grad_clip)
-    log.event("max_steps", max_steps)
+    # the schedule's length; a run cut short by --max-steps says so with status aborted
+    log.event("max_steps", r.total_steps)
     log.event(C.EVAL_SAMPLES, ev.samples)
     log.event(C.LOWEST_NUMERICAL_PRECISION_IN_LINEAR, _precision_name(r))
     log.event(C.LOWEST_NUMERICAL_PRECISION_IN_ATTN, _precision_name(r))
@@ -245,7 +249,6 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     log.event("eval_metric", e.metric)
     log.event("target_accuracy", e.target)
     log.event("trainperf_version", trainperf.__version__)
-    hooks = benchmark_hooks(r)
     hooks.log_hyperparameters(log)
 
     metrics = open(out / "metrics.jsonl", "x", encoding="utf-8") if env.is_main else None
@@ -276,7 +279,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
             block_end = min((step // steps_per_eval + 1) * steps_per_eval, max_steps)
             while step < block_end:
                 ckpt.before_step(step, model, opt, n_evals)
-                lr = lr_at(step, r)
+                lr = lr_at(step + t.init_checkpoint_step, r)  # a start checkpoint continues its schedule
                 for g in opt.param_groups:
                     g["lr"] = lr
                 t0 = time.perf_counter()
@@ -328,7 +331,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                   "nats_per_byte": npb, "token_loss": tok_loss, "elapsed_s": time.perf_counter() - t_start})
             if not math.isfinite(last_eval):
                 raise TrainError(f"validation loss became {last_eval} at step {step}")
-            if n_evals > e.skip_evals and last_eval <= e.target:
+            if n_evals > e.skip_evals and last_eval <= e.target and hooks.stops_at_target:
                 status = C.SUCCESS
                 break
     except BaseException:
@@ -357,6 +360,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     summary.time_breakdown_s["checkpoint"] = round(ckpt.seconds, 3)
     t0 = time.perf_counter()
     save_final(model, r, out, env, data)
+    if r.model.lora_rank > 0 and env.is_main:
+        save_adapters(unwrap(model), out / "adapters.safetensors")
     summary.time_breakdown_s["save"] = round(time.perf_counter() - t0, 3)
     if env.is_main:
         if r.benchmark.rules == r.benchmark.name:

@@ -1,0 +1,91 @@
+"""A benchmark run as MLPerf shapes it: smoke mode, a self-made start checkpoint, N seeds.
+
+`run_benchmark` is what `trainperf run` calls. Smoke mode stops after `smoke.evals` logged evals;
+a benchmark that starts from a checkpoint (gpt3, 405b, LoRA) first trains one itself for
+`smoke.init_steps` steps in OUT/init_checkpoint/ and then starts from it, so what the log says
+about the start (init_checkpoint_step) is what happened.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainperf.config import Recipe
+from trainperf.mlperf.benchmarks import benchmark_hooks
+from trainperf.parallel.env import DistEnv
+from trainperf.train.loop import RunOptions, Summary, TrainError, train
+
+
+def smoke_max_steps(r: Recipe) -> int:
+    """Steps a smoke run trains: the skipped evals plus `smoke.evals` logged ones, capped by the schedule."""
+    per_eval = max(1, math.ceil(r.eval.every_samples / r.train.global_batch_size))
+    return min((r.eval.skip_evals + r.smoke.evals) * per_eval, r.total_steps)
+
+
+def make_start_checkpoint(r: Recipe, env: DistEnv, opts: RunOptions) -> tuple[Path, int]:
+    """Train the smoke run's own start checkpoint: the same model without adapters, `init_steps`
+    steps from scratch. Returns (weights path, steps trained)."""
+    pre = copy.deepcopy(r)
+    pre.model.lora_rank = 0
+    pre.train.init_checkpoint, pre.train.init_checkpoint_step = "", 0
+    out = opts.out / "init_checkpoint"
+    s = train(pre, env, RunOptions(out=out, seed=opts.seed, max_steps=r.smoke.init_steps, progress=False))
+    return out / "model.safetensors", s.steps
+
+
+def run_benchmark(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
+    """One run of the recipe; in smoke mode with its start checkpoint and its eval budget."""
+    if not r.smoke.enabled:
+        return train(r, env, opts)
+    r = copy.deepcopy(r)
+    if r.smoke.init_steps > 0 and not r.train.init_checkpoint:
+        path, steps = make_start_checkpoint(r, env, opts)
+        r.train.init_checkpoint = str(path)
+        # gpt3's schedule goes on from the checkpoint's step; the others start theirs at 0
+        r.train.init_checkpoint_step = steps if benchmark_hooks(r).continues_schedule else 0
+    cap = smoke_max_steps(r)
+    opts = RunOptions(out=opts.out, seed=opts.seed, max_steps=min(opts.max_steps or cap, cap),
+                      progress=opts.progress, on_event=opts.on_event)
+    return train(r, env, opts)
+
+
+def _smoke(fn):
+    """Smoke models are so small that intra-op threads cost more than they give (10x slower on a
+    busy 2-core machine, measured), so a smoke run uses one CPU thread and then restores the setting."""
+    def wrapped(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
+        if not r.smoke.enabled or env.device.type != "cpu":
+            return fn(r, env, opts)
+        n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(r, env, opts)
+        finally:
+            torch.set_num_threads(n)
+    return wrapped
+
+
+run_benchmark = _smoke(run_benchmark)
+
+
+@dataclass
+class SeedRuns:
+    dirs: list[Path]
+    summaries: list[Summary]
+
+
+def run_seeds(r: Recipe, env: DistEnv, opts: RunOptions, n: int) -> SeedRuns:
+    """Seeds opts.seed .. opts.seed+n-1 into OUT/seed_<s>/; stops at the first run that fails."""
+    if n < 1:
+        raise TrainError("--seeds must be >= 1")
+    dirs, sums = [], []
+    for s in range(opts.seed, opts.seed + n):
+        d = opts.out / f"seed_{s}"
+        sums.append(run_benchmark(r, env, RunOptions(out=d, seed=s, max_steps=opts.max_steps,
+                                                     progress=opts.progress, on_event=opts.on_event)))
+        dirs.append(d)
+    return SeedRuns(dirs, sums)
