@@ -81,6 +81,21 @@ def test_layouts_export_with_same_logits(tmp_path, case):
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
 
 
+def test_lora_run_exports_with_adapters_merged(tmp_path):
+    """A LoRA run saves merged weights; the export must give the adapted model's logits, not the base's."""
+    model, run = _saved_model(tmp_path, ["model.lora_rank=4", "model.lora_targets=wq,wv,w2"])
+    x = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ours = model(x)
+        base = model.state_dict()
+        for k in [k for k in base if k.endswith("lora_b")]:
+            base[k].zero_()
+        plain = model(x)
+    assert (ours - plain).abs().max() > 1e-2  # the adapters do change the function
+    _, theirs = _hf_logits(export_hf(run, tmp_path / "hf"), x)
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
 def test_export_refuses_unknown_layout_and_existing_dir(tmp_path, capsys):
     _, run = _saved_model(tmp_path, [])
     (tmp_path / "full").mkdir()

@@ -43,6 +43,17 @@ def test_report_page_is_self_contained(run_dir, tmp_path, capsys):
     assert "not scored: 2 of the 5 runs" in page
 
 
+def test_folder_of_runs_stands_for_its_runs(run_dir, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _copy(run_dir, runs / "a")
+    _copy(run_dir, runs / "b")
+    (runs / "notes").mkdir()
+    assert main(["report", str(runs), "--out", str(tmp_path / "rep"), "--no-check"]) == 0
+    out = capsys.readouterr().out
+    assert str(runs / "a") in out and str(runs / "b") in out and "notes" not in out
+
+
 def test_crossing_is_first_eval_at_target(run_dir):
     run = load_run(run_dir)
     hit = run.crossing()

@@ -30,7 +30,7 @@ def cmd_report(args) -> int:
     with _one_line_errors():
         rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
                            force=args.force, published=args.published, benchmarks=args.benchmark)
-    for run, v in zip(args.run_dirs, rep.verdicts):
+    for run, v in zip(rep.runs, rep.verdicts):
         print(f"{run}: compliance {v.status} ({v.detail})")
     for sc in rep.scores:
         val = f"{sc.minutes:.3f} min" if sc.minutes is not None else "—"
@@ -69,7 +69,7 @@ def cmd_sample(args) -> int:
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("report", parents=[common],
                        help="one HTML page (+ PNGs) about finished runs: convergence, throughput, compliance")
-    p.add_argument("run_dirs", nargs="*", type=Path, metavar="RUNDIR", help="run directories of `trainperf run`")
+    p.add_argument("run_dirs", nargs="*", type=Path, metavar="RUNDIR", help="run directories of `trainperf run` (a folder of runs stands for all of them)")
     p.add_argument("--out", type=Path, default=Path("report"), help="output folder (default: report/)")
     p.add_argument("--plan", action="append", default=[], type=Path, metavar="JSON",
                    help="`trainperf plan ... --json` output to draw as a scaling curve (repeatable)")

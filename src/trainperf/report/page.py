@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trainperf
 from trainperf.report import plots
-from trainperf.report.rundir import RunData, RunDirError, load_run
+from trainperf.report.rundir import RunData, RunDirError, expand_run_dirs, load_run
 from trainperf.report.scaling import load_plan, load_published, published_csv
 from trainperf.report.verdict import Score, Verdict, compliance, score_runs
 
@@ -21,6 +21,7 @@ from trainperf.report.verdict import Score, Verdict, compliance, score_runs
 @dataclass
 class Report:
     index: Path
+    runs: list[Path] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     scores: list[Score] = field(default_factory=list)
@@ -130,7 +131,7 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
     out = Path(out)
     if (out / "index.html").exists() and not force:
         raise FileExistsError(f"{out / 'index.html'}: exists; choose another --out or pass --force")
-    runs = [load_run(p) for p in run_dirs]
+    runs = [load_run(p) for p in expand_run_dirs(run_dirs)]
     seen: dict[Path, str] = {}
     for run in runs:
         key = run.path.resolve()
@@ -187,4 +188,4 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
     parts.append("</main></body></html>\n")
     index = out / "index.html"
     _atomic_write(index, "\n".join(parts).encode("utf-8"))
-    return Report(index=index, images=images, verdicts=verdicts, scores=scores)
+    return Report(index=index, runs=[r.path for r in runs], images=images, verdicts=verdicts, scores=scores)

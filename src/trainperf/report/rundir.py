@@ -120,3 +120,16 @@ def load_run(path: str | Path) -> RunData:
     return RunData(path=path, summary=summary, config=config, start=start,
                    train=[r for r in rows if r["kind"] == "train"],
                    evals=[r for r in rows if r["kind"] == "eval"])
+
+
+def expand_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run directories as given, except that a folder of runs (e.g. `runs/`) stands for the runs in it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir() and not (p / "metrics.jsonl").exists():
+            children = sorted(c for c in p.iterdir() if (c / "metrics.jsonl").is_file())
+            if children:
+                out.extend(children)
+                continue
+        out.append(p)
+    return out
