@@ -51,6 +51,10 @@ def test_small_model_prefers_pure_data_parallel():
     assert res.evaluated > 50
     times = [e.minutes for e in res.best]
     assert times == sorted(times)
+    # the search's fast path prices a layout exactly as the full estimate does
+    for e in res.best:
+        minutes, mem = m.quick(e.layout)
+        assert minutes == pytest.approx(e.minutes, rel=1e-12) and mem == pytest.approx(e.memory.total, rel=1e-12)
 
 
 def test_big_model_needs_model_parallelism():

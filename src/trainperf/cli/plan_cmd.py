@@ -118,7 +118,6 @@ def cmd_plan(args) -> int:
 
 
 def _validate(args) -> int:
-    from trainperf.plan.calibration import load_calibration
     from trainperf.plan.validate import load_results, summary, validate
 
     cal, _ = _calibration(args)

@@ -35,13 +35,6 @@ def layer_gemms(cfg: ModelConfig, tp: int) -> list[Gemm]:
             Gemm("mlp_in", mlp_in // tp, h), Gemm("mlp_out", h, f // tp)]
 
 
-def lora_flops_per_token_layer(cfg: ModelConfig) -> float:
-    """Forward FLOPs of one layer's LoRA adapters per token (rank r: in x r then r x out)."""
-    from trainperf.model.flops import lora_forward_flops
-
-    return lora_forward_flops(cfg) / cfg.n_layer
-
-
 def attn_fwd_flops_per_token_layer(cfg: ModelConfig, seq_len: int | None = None) -> float:
     """Executed forward attention-core FLOPs per token per layer (causal half of QK^T and PV)."""
     T = seq_len or cfg.seq_len

@@ -13,7 +13,7 @@ per-run overhead. Every constant not fitted by calibration is named below with i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from trainperf.plan import comm
 from trainperf.plan.calibration import Calibration
@@ -189,7 +189,7 @@ class Model:
         out = {
             "fwd": comp_f + exp_tp_f + exp_cp_f + elem_f,
             "bwd": comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
-            "fwd_compute": comp_f, "compute": comp_f + comp_b + rc_comp,
+            "compute": comp_f + comp_b + rc_comp,
             "tp": exp_tp_f + exp_tp_b + (exp_tp_f if recompute == "full" else 0.0),
             "cp": exp_cp_f + exp_cp_b + (exp_cp_f if recompute == "full" else 0.0),
             "other": elem_f + elem_b + rc_elem,
@@ -370,4 +370,4 @@ def best_precision(cl: Cluster, ceiling: str = "fp4") -> list[str]:
     return [p for p in cl.gpu.precisions() if p in allowed]
 
 
-__all__ = ["Layout", "Estimate", "Model", "best_precision", "replace"]
+__all__ = ["Layout", "Estimate", "Model", "best_precision"]

@@ -9,7 +9,6 @@ cover (outside it MLPerf would require new reference points)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from trainperf.config import ConfigError
@@ -155,4 +154,4 @@ def fits_hint(model: Model, lay: Layout) -> str:
     return f"needs {mem.total / 1e9:.1f} GB of {cap / 1e9:.1f} GB ({(mem.total - cap) / 1e9:.1f} GB over)"
 
 
-__all__ = ["search", "layouts", "parse_layout", "check_layout", "SearchResult", "math"]
+__all__ = ["search", "layouts", "parse_layout", "check_layout", "SearchResult"]

@@ -3,7 +3,6 @@ rules that shape time-to-train (RCP units, evaluation cadence and size), and LoR
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import tomllib
