@@ -123,3 +123,27 @@ def test_parse_gpus():
     assert parse_gpus("8,72") == [8, 72]
     with pytest.raises(ConfigError):
         parse_gpus("0..8")
+
+
+def test_nvidias_published_gpt3_layout_is_near_the_searched_best():
+    """NVIDIA's v3.1 GPT-3 run on 10,752 H100 used TP 4, PP 8, micro-batch 1, FP8 and 8 micro-batches
+    per data-parallel rank (training_results_v3.1 NVIDIA/benchmarks/gpt3/implementations/pytorch/
+    config_DGXH100_1344x8x8x4x8_mbs1.sh). The model must let it fit and price it close to its best."""
+    from trainperf.plan.calibration import load_calibration
+
+    b = load_benchmark("gpt3_175b", "3.1")
+    m = Model(b, cluster("h100", 10752), load_calibration(), "3.1")
+    best = search(m, 10752, gbs=2688, ceiling="fp8", top=1).best[0]
+    theirs = [m.quick(Layout(tp=4, pp=8, dp=336, vpp=v, mbs=1, gbs=2688, precision="fp8")) for v in (1, 2, 3, 4, 6, 12)]
+    assert all(mem <= m.capacity() for _, mem in theirs)
+    assert min(t for t, _ in theirs) < 1.10 * best.minutes
+    assert best.layout.tp == 4 and best.layout.precision == "fp8"
+
+
+def test_evaluations_follow_the_rules_cadence():
+    b = load_benchmark("llama2_70b_lora", "4.1")
+    # every 384 samples at GBS 8; floor(0.125*8 + 2) = 3 skipped
+    assert b.evals(3840, 8) == pytest.approx(3840 / 384 - 3)
+    # GBS 100 does not divide 384: evaluations every ceil(384/100) = 4 steps = 400 samples, 14 skipped
+    assert b.evals(8000, 100) == pytest.approx(8000 / 400 - 14)
+    assert b.evals(100, 8) == 1.0  # at least the evaluation that reaches the target
