@@ -73,6 +73,12 @@ def _verdict_cell(v: Verdict) -> str:
     return f'<td class="wrap"><span class="{cls}">{html.escape(v.status)}</span> — {html.escape(v.detail)}</td>'
 
 
+def _status(s: dict) -> str:
+    """The run's status; a resumed run says so (its metrics cover the last attempt only)."""
+    n = s.get("restarts") or 0
+    return f"{s['status']} ({n} restart{'s' if n > 1 else ''})" if n else str(s["status"])
+
+
 def _runs_table(runs: list[RunData], verdicts: list[Verdict]) -> str:
     head = ["run", "benchmark", "device", "world size", "status", "time to train", "steps", "tokens",
             "final loss / target", "tokens/s", "MFU", "compliance (official checker)"]
@@ -87,7 +93,7 @@ def _runs_table(runs: list[RunData], verdicts: list[Verdict]) -> str:
             "<tr>"
             f'<td title="{html.escape(str(run.path), quote=True)}">{html.escape(run.name)}</td>'
             f"<td>{html.escape(str(s['benchmark']))}</td><td>{html.escape(str(s.get('device', '?')))}</td>"
-            f'<td class="num">{s.get("world_size", "?")}</td><td>{html.escape(str(s["status"]))}</td>'
+            f'<td class="num">{s.get("world_size", "?")}</td><td>{html.escape(_status(s))}</td>'
             f'<td class="num">{_fmt_time(float(s["time_to_train_s"]))}</td>'
             f'<td class="num">{s.get("steps", "—")}</td>'
             f'<td class="num">{_fmt_num(float(s.get("tokens", math.nan)))}</td>'
