@@ -38,6 +38,14 @@ def _add_run(sub) -> None:
     p.add_argument("--max-steps", type=int, default=0, help="stop (aborted) after this many steps")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
+    p.add_argument("--nproc", type=int, default=0, metavar="N",
+                   help="processes on this machine: N > 1 starts torchrun (gloo on CPU, NCCL on GPU)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="R",
+                   help="restart the worker group up to R times after a failure, resuming from the last checkpoint")
+    p.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                   help="continue a run: its directory (last complete checkpoint) or one checkpoints/step_* folder")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="a distributed checkpoint every N steps and at the end (checkpoint.every_steps)")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars into the run directory")
 
 
@@ -72,11 +80,33 @@ def cmd_run(args) -> int:
     from trainperf.train.loop import RunOptions, train
 
     overrides = list(args.overrides)
+    if args.checkpoint_every is not None:
+        overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
     recipe = load_recipe(args.benchmark, overrides)
     seed = recipe.train.seed if args.seed is None else args.seed
     if args.max_steps < 0:
         raise _usage("--max-steps must be >= 0")
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from trainperf.parallel import launch
+    from trainperf.parallel.apply import resolve_layout
+
+    if args.nproc < 0 or args.max_restarts < 0:
+        raise _usage("--nproc and --max-restarts must be >= 0")
+    if args.out is None and args.resume is not None:
+        from trainperf.train.checkpoint import run_dir_of
+
+        out = run_dir_of(args.resume)  # a resumed run keeps writing into its own directory
+    if launch.should_launch(args.nproc, args.max_restarts):
+        resolve_layout(recipe.parallel, max(1, args.nproc))  # a bad mesh fails here, not in N workers
+        started = time.time()
+        rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
+        status = launch.finished_status(out, since=started)
+        if rc != 0 or status is None:
+            raise CLIFailure(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
+                             "see their messages above")
+        return 0 if status == "success" else 3
+    if launch.under_torchrun() and args.out is None and args.resume is None:
+        raise _usage("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
     env = init_env(args.device)
     display = RunDisplay(enabled=env.is_main, live=not args.no_progress and sys.stdout.isatty())
     tb = None
@@ -86,13 +116,15 @@ def cmd_run(args) -> int:
         tb = TensorBoardWriter(out, then=display.update)
     try:
         with display:
-            summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps,
+            summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, resume=args.resume,
                                                     on_event=tb or display.update))
     finally:
         if tb is not None:
             tb.close()  # what a failed run logged stays readable
     if env.is_main:
         display.print_summary(summary)
+    if env.elastic:
+        return 0  # torchrun restarts workers that exit non-zero; the status is in summary.json
     return 0 if summary.status == "success" else 3
 
 
@@ -142,6 +174,7 @@ def _usage(msg: str) -> CLIError:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `run --nproc` hands it on to torchrun
     if args.cmd is None:
         ap.print_help()
         return EXIT_USAGE
@@ -149,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = getattr(args, "handler", None) or handlers[args.cmd]
     from trainperf.config import ConfigError
     from trainperf.data.corpus import DataError
+    from trainperf.train.checkpoint import CheckpointError
     from trainperf.train.loop import TrainError
 
     try:
@@ -158,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (DataError, TrainError, CLIFailure, NotImplementedError, FileExistsError) as e:
+    except (DataError, TrainError, CheckpointError, CLIFailure, NotImplementedError, FileExistsError) as e:
         if args.debug:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
