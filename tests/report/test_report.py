@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainperf.cli.main import main
-from trainperf.report.page import build_report
+from trainperf.report.page import _fmt_time, build_report
 from trainperf.report.rundir import RunDirError, load_run
 from trainperf.report.scaling import canonical_kind, load_plan, load_published
 from trainperf.report.verdict import Verdict, compliance, olympic_mean, score_runs
@@ -38,7 +38,7 @@ def test_report_page_is_self_contained(run_dir, tmp_path, capsys):
     assert "http://" not in page and "https://" not in page
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["benchmark"] in page and ">pass<" in page
-    assert f"{summary['time_to_train_s']:.1f} s" in page
+    assert _fmt_time(summary["time_to_train_s"]) in page
     # two runs of five required: no score is made up
     assert "not scored: 2 of the 5 runs" in page
 
