@@ -37,7 +37,7 @@ class TensorBoardWriter:
     def __call__(self, row: dict) -> None:
         kind = row.get("kind")
         if self._w is None and kind in ("start", "train", "eval"):
-            self._w = self._cls(log_dir=str(self.run_dir))
+            self._w = self._cls(log_dir=str(self.run_dir), flush_secs=10)  # live: seconds, not minutes
         if self._w is not None:
             step = int(row.get("step", 0))
             for key, tag in _SCALARS.get(kind, ()):
