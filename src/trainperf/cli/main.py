@@ -18,7 +18,7 @@ EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
 # parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
 # CLIError) gives the one-line error exits below.
-_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd"]
+_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd", "trainperf.cli.score_cmd"]
 
 
 def _common() -> argparse.ArgumentParser:
@@ -38,6 +38,10 @@ def _add_run(sub) -> None:
     p.add_argument("--max-steps", type=int, default=0, help="stop (aborted) after this many steps")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
+    p.add_argument("--smoke", action="store_true",
+                   help="the benchmark's control flow shrunk to seconds on a CPU (recipe's [smoke]); status aborted")
+    p.add_argument("--seeds", type=int, default=0, metavar="N",
+                   help="run seeds SEED..SEED+N-1 into OUT/seed_<s>/ and score them (trainperf score)")
     p.add_argument("--nproc", type=int, default=0, metavar="N",
                    help="processes on this machine: N > 1 starts torchrun (gloo on CPU, NCCL on GPU)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="R",
@@ -77,16 +81,21 @@ def cmd_run(args) -> int:
     from trainperf.cli.progress import RunDisplay
     from trainperf.config import load_recipe
     from trainperf.parallel.env import init_env
+    from trainperf.train.benchmark import run_benchmark
     from trainperf.train.loop import RunOptions, train
 
     overrides = list(args.overrides)
     if args.checkpoint_every is not None:
         overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
-    recipe = load_recipe(args.benchmark, overrides)
+    recipe = load_recipe(args.benchmark, overrides, smoke=args.smoke)
     seed = recipe.train.seed if args.seed is None else args.seed
     if args.max_steps < 0:
         raise _usage("--max-steps must be >= 0")
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.seeds:
+        from trainperf.cli.score_cmd import run_seeds_and_score
+
+        return run_seeds_and_score(recipe, args, out, seed)
     from trainperf.parallel import launch
     from trainperf.parallel.apply import resolve_layout
 
@@ -116,7 +125,7 @@ def cmd_run(args) -> int:
         tb = TensorBoardWriter(out, then=display.update)
     try:
         with display:
-            summary = train(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, resume=args.resume,
+            summary = run_benchmark(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, resume=args.resume,
                                                     on_event=tb or display.update))
     finally:
         if tb is not None:

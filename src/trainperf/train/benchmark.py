@@ -9,6 +9,8 @@ about the start (init_checkpoint_step) is what happened.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,9 @@ def make_start_checkpoint(r: Recipe, env: DistEnv, opts: RunOptions) -> tuple[Pa
     pre.model.lora_rank = 0
     pre.train.init_checkpoint, pre.train.init_checkpoint_step = "", 0
     out = opts.out / "init_checkpoint"
+    done = out / "summary.json"
+    if opts.resume is not None and done.is_file():  # a resumed smoke run starts from the same weights
+        return out / "model.safetensors", int(json.loads(done.read_text())["steps"])
     s = train(pre, env, RunOptions(out=out, seed=opts.seed, max_steps=r.smoke.init_steps, progress=False))
     return out / "model.safetensors", s.steps
 
@@ -49,9 +54,7 @@ def run_benchmark(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
         # gpt3's schedule goes on from the checkpoint's step; the others start theirs at 0
         r.train.init_checkpoint_step = steps if benchmark_hooks(r).continues_schedule else 0
     cap = smoke_max_steps(r)
-    opts = RunOptions(out=opts.out, seed=opts.seed, max_steps=min(opts.max_steps or cap, cap),
-                      progress=opts.progress, on_event=opts.on_event)
-    return train(r, env, opts)
+    return train(r, env, dataclasses.replace(opts, max_steps=min(opts.max_steps or cap, cap)))
 
 
 def _smoke(fn):
@@ -85,7 +88,6 @@ def run_seeds(r: Recipe, env: DistEnv, opts: RunOptions, n: int) -> SeedRuns:
     dirs, sums = [], []
     for s in range(opts.seed, opts.seed + n):
         d = opts.out / f"seed_{s}"
-        sums.append(run_benchmark(r, env, RunOptions(out=d, seed=s, max_steps=opts.max_steps,
-                                                     progress=opts.progress, on_event=opts.on_event)))
+        sums.append(run_benchmark(r, env, dataclasses.replace(opts, out=d, seed=s)))
         dirs.append(d)
     return SeedRuns(dirs, sums)

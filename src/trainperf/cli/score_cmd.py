@@ -1,0 +1,125 @@
+"""`trainperf score` and `trainperf package`; `trainperf run --seeds N` ends here to be scored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainperf.cli.main import CLIError, CLIFailure
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("score", parents=[common],
+                       help="check result logs with the official checker, score them (olympic mean), RCP check")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                   help="run directories (result_*.txt), or folders of them (e.g. run --seeds output)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=cmd_score)
+
+    q = sub.add_parser("package", parents=[common],
+                       help="lay results out as an MLPerf submission and run the package checker")
+    q.add_argument("dirs", nargs="+", type=Path, metavar="RUNDIR")
+    q.add_argument("--system", required=True, help="system name (systems/<name>.json)")
+    q.add_argument("--out", required=True, type=Path, help="submission folder to create (must not exist)")
+    q.add_argument("--submitter", default="", help="organization (default: $TRAINPERF_ORG)")
+    q.add_argument("--status", default="Research, Development, or Internal (RDI)",
+                   help="availability class for systems/<name>.json")
+    q.add_argument("--json", action="store_true", help="print the result as JSON")
+    q.set_defaults(handler=cmd_package)
+
+
+def _fmt(v, spec: str = "") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_report(rep, out=sys.stdout) -> None:
+    w = max([len(str(r.path)) for r in rep.runs] + [3])
+    print(f"{rep.benchmark} (ruleset {rep.ruleset}): {len(rep.runs)} result logs", file=out)
+    unit = "tokens" if rep.benchmark == "gpt3" else "samples"
+    print(f"  {'run':<{w}}  {'seed':>5}  {'status':<9}  {'minutes':>9}  {unit + ' to target':>18}  checker", file=out)
+    for r in rep.runs:
+        conv = r.tokens if rep.benchmark == "gpt3" else r.samples
+        verdict = "pass" if r.check and r.check.passed else f"FAIL: {r.check.first_error}" if r.check else "-"
+        print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {str(r.status or 'truncated'):<9}  "
+              f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {verdict}", file=out)
+        if r.check and len(r.check.errors) > 1:
+            for e in r.check.errors[1:]:
+                print(f"  {'':<{w}}  {'':>5}  {'':<9}  {'':>9}  {'':>18}        {e}", file=out)
+    s = rep.score
+    head = f"score: {s.minutes:.4f} minutes" if s.valid else "score: none"
+    print(f"{head} ({s.message}; {s.counted} counted, {s.failed} failed, {s.required} required)", file=out)
+    rcp = rep.rcp
+    if rcp.ran:
+        n = rcp.numbers
+        nums = ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in n.items() if v is not None)
+        print(f"RCP: {'pass' if rcp.passed else 'FAIL'} ({rcp.message}; {nums})", file=out)
+    else:
+        print(f"RCP: not checked ({rcp.message})", file=out)
+
+
+def _score(dirs: list[Path], as_json: bool) -> int:
+    from trainperf.mlperf.score import ScoreError, score_dirs
+
+    try:
+        rep = score_dirs(dirs)
+    except ScoreError as e:
+        raise CLIFailure(str(e)) from None
+    if as_json:
+        print(json.dumps(rep.to_dict(), indent=1))
+    else:
+        print_report(rep)
+    return 0 if rep.ok else 1
+
+
+def cmd_score(args) -> int:
+    return _score(args.dirs, args.json)
+
+
+def cmd_package(args) -> int:
+    from trainperf.mlperf.package import package
+    from trainperf.mlperf.score import ScoreError
+
+    try:
+        res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
+    except ScoreError as e:
+        raise CLIFailure(str(e)) from None
+    if args.json:
+        print(json.dumps({"out": str(res.out), "files": [str(f) for f in res.files], "to_fill": res.to_fill,
+                          "checker_ran": res.checker_ran, "checker_passed": res.checker_passed,
+                          "checker_errors": res.checker_errors, "checker_note": res.checker_note}, indent=1))
+    else:
+        print(f"wrote {res.out}: {len(res.files)} files")
+        for f in res.files:
+            print(f"  {f.relative_to(res.out)}")
+        if res.to_fill:
+            print(f"left for a person to fill in systems/*.json: {', '.join(res.to_fill)}")
+        if res.checker_ran:
+            print("package checker: " + ("no errors" if res.checker_passed else "FOUND ERRORS"))
+            for e in res.checker_errors:
+                print(f"  {e}")
+        elif res.checker_note:
+            print(f"package checker: not run ({res.checker_note})")
+    return 0 if res.checker_passed in (True, None) else 1
+
+
+def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
+    """`trainperf run --seeds N`: seeds seed..seed+N-1 into OUT/seed_<s>/, then `score OUT`."""
+    from trainperf.parallel.env import init_env
+    from trainperf.train.benchmark import run_seeds
+    from trainperf.train.loop import RunOptions
+
+    if args.seeds < 1:
+        raise CLIError("--seeds must be >= 1")
+    if getattr(args, "nproc", 0) > 1 or getattr(args, "resume", None) is not None:
+        raise CLIError("--seeds runs in this process; it does not combine with --nproc or --resume")
+    if out.exists() and any(out.iterdir()):
+        raise CLIError(f"{out}: exists and is not empty; --seeds writes a fresh OUT/seed_<i>/ per run")
+    env = init_env(args.device)
+    done = run_seeds(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, progress=False), args.seeds)
+    if env.is_main:
+        for d, s in zip(done.dirs, done.summaries):
+            print(f"{d}: {s.status}, {s.time_to_train_s:.1f} s, {s.steps} steps, eval {s.final_eval_loss:.4f}")
+        return _score([out], False)
+    return 0

@@ -1,0 +1,321 @@
+"""Score result logs the way MLPerf does: official checker per log, olympic mean, RCP check.
+
+- Every `result_*.txt` goes through the official compliance checker (the package's CLI, see
+  `check.py`); trainperf's own benchmarks are checked against their own YAML (`rules/<name>.yaml`,
+  or the `compliance.yaml` the run wrote with its target).
+- The score is the package's `result_summarizer._compute_olympic_average` over run_stop - run_start
+  minutes: the required number of runs, fastest and slowest dropped; one failed run may stand in for
+  the slowest, two or more make the result invalid. A run that did not end with status `success`
+  counts as failed (the package's summarizer does not look at the status; its RCP checker does).
+- The RCP check is the package's `rcp_checker.check_directory`, run on a private copy of the logs (it
+  writes scaling.json next to them), where the package has RCPs for the benchmark and ruleset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainperf.mlperf.benchmarks import OFFICIAL
+from trainperf.mlperf.check import CheckResult, check_log
+from trainperf.mlperf.logger import RULES_DIR
+
+
+class ScoreError(ValueError):
+    """Results that cannot be scored together (none, mixed benchmarks, duplicated seeds)."""
+
+
+@dataclass
+class RunLog:
+    """What one result log says, read without trusting it (the checker judges it separately)."""
+
+    path: Path
+    benchmark: str | None = None
+    seed: int | None = None
+    gbs: int | None = None
+    status: str | None = None  # run_stop's status; None when the log has no run_stop
+    minutes: float | None = None
+    samples: int | None = None  # samples_count of the last eval_accuracy before run_stop
+    tokens: int | None = None  # epoch_num of that eval_accuracy (gpt3: training tokens)
+    bad_lines: int = 0
+    check: CheckResult | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.status == "success"
+
+    @property
+    def ok(self) -> bool:
+        return self.converged and self.check is not None and self.check.passed and self.minutes is not None
+
+    @property
+    def problem(self) -> str:
+        """Why this run does not count, in one line ("" when it does)."""
+        if self.status is None:
+            return "truncated: the log has no run_stop"
+        if self.check is not None and not self.check.passed:
+            return f"checker: {self.check.first_error}"
+        if not self.converged:
+            return f"did not converge (status {self.status})"
+        if self.minutes is None:
+            return "no run_start / run_stop times"
+        return ""
+
+
+def read_log(path: Path) -> RunLog:
+    """Parse the `:::MLLOG` lines of one result log (a line cut short is counted, not fatal)."""
+    run = RunLog(path)
+    start = stop = None
+    last_eval: dict | None = None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ScoreError(f"{path}: cannot read ({e.strerror})") from None
+    for line in text.splitlines():
+        if ":::MLLOG" not in line:
+            continue
+        try:
+            rec = json.loads(line.split(":::MLLOG", 1)[1])
+            key, value, meta = rec["key"], rec.get("value"), rec.get("metadata") or {}
+            t = rec["time_ms"]
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError):
+            run.bad_lines += 1
+            continue
+        if key == "submission_benchmark" and run.benchmark is None:
+            run.benchmark = str(value)
+        elif key == "seed" and run.seed is None:
+            run.seed = _int(value)
+        elif key == "global_batch_size" and run.gbs is None:
+            run.gbs = _int(value)
+        elif key == "run_start" and start is None:
+            start = t
+        elif key == "eval_accuracy" and stop is None:
+            last_eval = meta
+        elif key == "run_stop" and stop is None:
+            stop = t
+            run.status = str(meta.get("status", ""))
+    if start is not None and stop is not None:
+        run.minutes = (stop - start) / 60000.0
+    if last_eval is not None:
+        run.samples = _int(last_eval.get("samples_count"))
+        run.tokens = _int(last_eval.get("epoch_num"))
+    return run
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def find_results(dirs: list[Path]) -> list[Path]:
+    """`result_*.txt` in each dir, or, for a dir that has none, in its immediate subdirs
+    (`trainperf run --seeds N` writes OUT/seed_<i>/)."""
+    found: list[Path] = []
+    for d in dirs:
+        d = Path(d)
+        if d.is_file() and d.name.startswith("result_") and d.suffix == ".txt":
+            found.append(d)
+            continue
+        if not d.is_dir():
+            raise ScoreError(f"{d}: no such directory")
+        here = sorted(d.glob("result_*.txt"))
+        if not here:
+            here = sorted(p for sub in sorted(d.iterdir()) if sub.is_dir() for p in sub.glob("result_*.txt"))
+        if not here:
+            raise ScoreError(f"{d}: no result_*.txt here or in its subdirectories")
+        found.extend(here)
+    uniq = list(dict.fromkeys(p.resolve() for p in found))
+    return uniq
+
+
+def rules_for(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
+    """(ruleset, custom YAML or None) for a benchmark: the package's rules for the official ones,
+    the run's own compliance.yaml or trainperf's YAML for ours."""
+    if benchmark in OFFICIAL:
+        return OFFICIAL[benchmark][0], None
+    own = log_dir / "compliance.yaml"
+    if own.is_file():
+        return "6.1.0", own
+    ours = RULES_DIR / f"{benchmark}.yaml"
+    if ours.is_file():
+        return "6.1.0", ours
+    raise ScoreError(f"{log_dir}: no compliance rules for benchmark '{benchmark}' (official: "
+                     f"{', '.join(OFFICIAL)}; trainperf's own: {', '.join(p.stem for p in RULES_DIR.glob('*.yaml'))})")
+
+
+def required_runs(benchmark: str, log_dir: Path) -> int:
+    """Runs per scored result: the package's count for official benchmarks, else the recipe's."""
+    if benchmark in OFFICIAL:
+        return OFFICIAL[benchmark][1]
+    cfg = log_dir / "config.json"
+    try:
+        return int(json.loads(cfg.read_text())["recipe"]["benchmark"]["runs_per_result"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from trainperf.config import ConfigError, load_recipe
+
+    try:
+        return load_recipe(benchmark).benchmark.runs_per_result
+    except ConfigError:
+        return 5
+
+
+@dataclass
+class Score:
+    valid: bool
+    minutes: float | None  # olympic mean (after RCP normalization when that applies)
+    raw_minutes: float | None  # olympic mean before normalization
+    required: int
+    counted: int
+    failed: int
+    message: str
+
+
+def olympic_score(minutes: list[float], failed: int, required: int) -> Score:
+    """MLPerf's rule on converged run times plus the number of failed runs (which count as slowest)."""
+    n = len(minutes) + failed
+    if n < required:
+        return Score(False, None, None, required, len(minutes), failed,
+                     f"invalid: {n} runs, the benchmark needs {required}")
+    if n > required:
+        return Score(False, None, None, required, len(minutes), failed,
+                     f"invalid: {n} runs, MLPerf scores exactly {required} (pass those you submit)")
+    if failed > 1:
+        return Score(False, None, None, required, len(minutes), failed,
+                     f"invalid: {failed} runs failed or did not converge; at most 1 may")
+    from mlperf_logging.result_summarizer.result_summarizer import _compute_olympic_average
+
+    value = _compute_olympic_average(sorted(minutes), failed, 1)
+    if value is None:
+        return Score(False, None, None, required, len(minutes), failed, "invalid: no run left after dropping")
+    why = "fastest and slowest dropped" if failed == 0 else "fastest dropped; the failed run counts as slowest"
+    return Score(True, value, value, required, len(minutes), failed, f"valid: mean of {len(minutes) - 2 + failed} runs ({why})")
+
+
+@dataclass
+class RCPResult:
+    ran: bool
+    passed: bool | None
+    message: str
+    numbers: dict = field(default_factory=dict)
+
+
+def rcp_available(benchmark: str, ruleset: str) -> bool:
+    import mlperf_logging
+
+    root = Path(mlperf_logging.__file__).parent / "rcp_checker" / f"training_{ruleset}"
+    return (root / f"rcps_{benchmark}.json").is_file()
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def rcp_check(runs: list[RunLog], benchmark: str, ruleset: str) -> RCPResult:
+    """The package's RCP check on copies of the logs; numbers: submission mean, RCP mean, minimum."""
+    if not rcp_available(benchmark, ruleset):
+        return RCPResult(False, None, f"no RCPs in the package for {benchmark} at ruleset {ruleset}")
+    gbs = {r.gbs for r in runs}
+    if len(gbs) != 1 or None in gbs:
+        return RCPResult(False, False, f"runs disagree on global_batch_size ({sorted(map(str, gbs))}); RCPs are per GBS")
+    if len(runs) < 3:
+        return RCPResult(False, None, "the RCP check needs at least 3 runs")
+    from mlperf_logging.rcp_checker import rcp_checker as rc
+
+    cap = _Capture()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(cap)
+    root.setLevel(logging.INFO)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, r in enumerate(runs):
+                shutil.copyfile(r.path, Path(tmp) / f"result_{i}.txt")
+            passed, msg, norm = rc.check_directory(tmp, "training", ruleset, False, False, rcp_pass="pruned_rcps")
+    except Exception as e:  # the package raises bare KeyError/FileNotFoundError on odd input
+        return RCPResult(True, False, f"rcp_checker failed: {type(e).__name__}: {e}")
+    finally:
+        root.removeHandler(cap)
+        root.setLevel(old_level)
+    nums: dict = {"global_batch_size": gbs.pop(), "normalization": float(norm),
+                  "unit": "tokens" if benchmark == "gpt3" else "samples"}
+    for rec in cap.records:
+        text = rec.getMessage()
+        if "Submission mean epochs" in text:
+            nums["submission_mean"] = float(text.rsplit(":", 1)[1])
+        if "RCP Record" in text and rec.args:
+            record = rec.args[0] if isinstance(rec.args, tuple) else rec.args
+            if isinstance(record, dict):
+                nums["rcp_mean"] = float(record.get("RCP Mean", 0))
+                nums["rcp_min_mean"] = float(record["RCP Mean"] / record["Max Speedup"]) if record.get("Max Speedup") else None
+    return RCPResult(True, bool(passed), str(msg), nums)
+
+
+@dataclass
+class Report:
+    benchmark: str
+    ruleset: str
+    runs: list[RunLog]
+    score: Score
+    rcp: RCPResult
+
+    @property
+    def ok(self) -> bool:
+        return self.score.valid and all(r.ok for r in self.runs) and self.rcp.passed is not False
+
+    def to_dict(self) -> dict:
+        return {
+            "benchmark": self.benchmark, "ruleset": self.ruleset, "ok": self.ok,
+            "runs": [{"file": str(r.path), "seed": r.seed, "status": r.status, "minutes": r.minutes,
+                      "samples_to_target": r.samples, "tokens_to_target": r.tokens,
+                      "checker": None if r.check is None else ("pass" if r.check.passed else "fail"),
+                      "checker_errors": [] if r.check is None else r.check.errors,
+                      "counted": r.ok, "problem": r.problem} for r in self.runs],
+            "score": self.score.__dict__,
+            "rcp": self.rcp.__dict__,
+        }
+
+
+def score_dirs(dirs: list[Path]) -> Report:
+    """Check, score and RCP-check the result logs in `dirs` (one benchmark)."""
+    paths = find_results(dirs)
+    runs = [read_log(p) for p in paths]
+    names = {r.benchmark for r in runs}
+    if None in names:
+        bad = next(r for r in runs if r.benchmark is None)
+        raise ScoreError(f"{bad.path}: no submission_benchmark line; not an MLPerf result log")
+    if len(names) > 1:
+        by = {n: next(str(r.path) for r in runs if r.benchmark == n) for n in sorted(names)}
+        raise ScoreError("logs of different benchmarks: " + "; ".join(f"{n} ({p})" for n, p in by.items()))
+    seen: dict[int, Path] = {}
+    for r in runs:
+        if r.seed is not None and r.seed in seen:
+            raise ScoreError(f"seed {r.seed} appears in {seen[r.seed]} and {r.path}; MLPerf runs need distinct seeds")
+        if r.seed is not None:
+            seen[r.seed] = r.path
+    benchmark = names.pop()
+    ruleset = ""
+    for r in runs:
+        ruleset, config = rules_for(benchmark, r.path.parent)
+        r.check = check_log(r.path, ruleset, config)
+    required = required_runs(benchmark, runs[0].path.parent)
+    good = [r for r in runs if r.ok]
+    score = olympic_score([r.minutes for r in good], len(runs) - len(good), required)
+    rcp = rcp_check(runs, benchmark, ruleset) if benchmark in OFFICIAL else RCPResult(
+        False, None, f"no RCPs for {benchmark} (not an official benchmark)")
+    if score.valid and rcp.passed and rcp.numbers.get("normalization", 1.0) > 1.0:
+        score.minutes = score.raw_minutes * rcp.numbers["normalization"]
+        score.message += f"; x{rcp.numbers['normalization']:.4f} RCP normalization"
+    return Report(benchmark, ruleset, runs, score, rcp)
