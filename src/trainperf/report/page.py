@@ -60,8 +60,8 @@ padding-bottom:4px}
 .scroll{overflow-x:auto;background:#fff;border:1px solid #d6dae0;border-radius:6px}
 table{border-collapse:collapse;width:100%;font-size:.86em}
 th,td{padding:6px 9px;border-bottom:1px solid #e8ebef;text-align:left;white-space:nowrap;vertical-align:top}
-th{background:#eef1f4;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.wrap{white-space:normal;min-width:220px;max-width:420px}
+th{background:#eef1f4;font-weight:600;white-space:normal} td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.wrap{white-space:normal;min-width:150px;max-width:380px;overflow-wrap:anywhere}
 .pass{color:#0a7a35;font-weight:600}.fail{color:#b3261e;font-weight:600}.na{color:#6b7280}
 figure{margin:10px 0;background:#fff;border:1px solid #d6dae0;border-radius:6px;padding:8px}
 figure img{width:100%;height:auto;display:block} figcaption{font-size:.84em;color:#4b5560;margin-top:4px}
