@@ -51,7 +51,7 @@ CASES = {
 }
 
 
-def _saved_model(tmp_path, overrides):
+def _saved_model(tmp_path, overrides, tokenizer=None):
     """A model with random (not init-small) weights, saved the way a finished run saves it."""
     r = load_recipe("tiny", ["model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.seq_len=32",
                              "model.vocab_size=256", *overrides])
@@ -62,7 +62,7 @@ def _saved_model(tmp_path, overrides):
             p.add_(torch.randn_like(p) * 0.3)  # large enough that attention patterns matter
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    ByteTokenizer().save(data_dir / "tokenizer.json")
+    (tokenizer or ByteTokenizer()).save(data_dir / "tokenizer.json")
     run = tmp_path / "run"
     run.mkdir()
     save_final(model, r, run, DistEnv(), SimpleNamespace(path=data_dir))
@@ -79,6 +79,20 @@ def test_layouts_export_with_same_logits(tmp_path, case):
     name, theirs = _hf_logits(out, x)
     assert name == ("LlamaForCausalLM" if "llama" in case else "GPT2LMHeadModel")
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_bpe_tokenizer_is_exported_with_the_same_ids(tmp_path):
+    from trainperf.data.tokenizer import train_bpe
+
+    texts = [f"def f{i}(x):\n    return x * {i} + len('abc')\n" for i in range(200)]
+    bpe = train_bpe(texts, 300)
+    _, run = _saved_model(tmp_path, ["model.vocab_size=300"], tokenizer=bpe)
+    out = export_hf(run, tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    text = "def f7(x):\n    return x * 7 + len('abc')\n"
+    ids = bpe.encode(text)
+    assert len(ids) < len(text.encode())  # merges were learned, so this checks more than bytes
+    assert tok(text)["input_ids"] == ids and tok.decode(ids) == text
 
 
 def test_lora_run_exports_with_adapters_merged(tmp_path):

@@ -180,3 +180,15 @@ def test_report_draws_real_plan_output(tmp_path, capsys):
     page = (tmp_path / "rep" / "index.html").read_text()
     # the package's published results sit beside both curves (the CSV has H100 and H200 rows for it)
     assert page.count("published MLPerf results from mlperf_results.csv (scaling") == 2 and len(rep.images) == 2
+
+
+def test_deviations_and_restarts_are_shown(run_dir, tmp_path):
+    run = _copy(run_dir, tmp_path / "smoke")
+    s = json.loads((run / "summary.json").read_text())
+    s.update(deviations=["max_sequence_length 32 (closed rules: 8192)", "eval_samples 4 (closed: 1024)"],
+             restarts=1)
+    (run / "summary.json").write_text(json.dumps(s))
+    build_report([run], tmp_path / "rep", check=False)
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "success (1 restart)" in page and "2 deviations from the rules" in page
+    assert "max_sequence_length 32 (closed rules: 8192)" in page

@@ -79,6 +79,16 @@ def _status(s: dict) -> str:
     return f"{s['status']} ({n} restart{'s' if n > 1 else ''})" if n else str(s["status"])
 
 
+def _status_cell(s: dict) -> str:
+    devs = [str(d) for d in s.get("deviations") or []]
+    if not devs:
+        return f"<td>{html.escape(_status(s))}</td>"
+    # smoke runs list where they depart from the closed rules; the checker's verdict reflects them
+    tip = html.escape("; ".join(devs), quote=True)
+    return (f'<td title="{tip}">{html.escape(_status(s))}<br><span class="na">'
+            f"{len(devs)} deviation{'s' if len(devs) > 1 else ''} from the rules</span></td>")
+
+
 def _runs_table(runs: list[RunData], verdicts: list[Verdict]) -> str:
     head = ["run", "benchmark", "device", "world size", "status", "time to train", "steps", "tokens",
             "final loss / target", "tokens/s", "MFU", "compliance (official checker)"]
@@ -93,7 +103,7 @@ def _runs_table(runs: list[RunData], verdicts: list[Verdict]) -> str:
             "<tr>"
             f'<td title="{html.escape(str(run.path), quote=True)}">{html.escape(run.name)}</td>'
             f"<td>{html.escape(str(s['benchmark']))}</td><td>{html.escape(str(s.get('device', '?')))}</td>"
-            f'<td class="num">{s.get("world_size", "?")}</td><td>{html.escape(_status(s))}</td>'
+            f'<td class="num">{s.get("world_size", "?")}</td>{_status_cell(s)}'
             f'<td class="num">{_fmt_time(float(s["time_to_train_s"]))}</td>'
             f'<td class="num">{s.get("steps", "—")}</td>'
             f'<td class="num">{_fmt_num(float(s.get("tokens", math.nan)))}</td>'
