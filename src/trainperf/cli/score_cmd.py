@@ -34,7 +34,8 @@ def _fmt(v, spec: str = "") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def print_report(rep, out=sys.stdout) -> None:
+def print_report(rep, out=None) -> None:
+    out = out or sys.stdout
     w = max([len(str(r.path)) for r in rep.runs] + [3])
     print(f"{rep.benchmark} (ruleset {rep.ruleset}): {len(rep.runs)} result logs", file=out)
     unit = "tokens" if rep.benchmark == "gpt3" else "samples"

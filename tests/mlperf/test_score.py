@@ -1,0 +1,123 @@
+"""The official checker's verdict on broken logs, the scoring rule, RCPs, and bad input to score/package."""
+
+import json
+import shutil
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.mlperf.check import check_log
+from trainperf.mlperf.score import (RunLog, ScoreError, find_results, olympic_score, rcp_check, read_log,
+                                    score_dirs)
+
+
+def _edit(src, dst, fn):
+    """A copy of a result log with its MLLOG lines changed by fn(list of lines)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    lines = src.read_text().splitlines()
+    (dst / "result_0.txt").write_text("\n".join(fn(lines)) + "\n")
+    return dst / "result_0.txt"
+
+
+def _drop(key):
+    return lambda lines: [l for l in lines if f'"key": "{key}"' not in l]
+
+
+def _set(key, old, new):
+    return lambda lines: [l.replace(f'"value": {old},', f'"value": {new},') if f'"key": "{key}"' in l else l
+                          for l in lines]
+
+
+def _stop_first(lines):
+    stop = next(i for i, l in enumerate(lines) if '"key": "run_stop"' in l)
+    start = next(i for i, l in enumerate(lines) if '"key": "run_start"' in l)
+    return lines[:start] + [lines[stop]] + lines[start:stop] + lines[stop + 1:]
+
+
+@pytest.mark.parametrize("fault,edit,reason", [
+    ("missing", _drop("opt_gradient_clip_norm"), "Required EXACTLY_ONE occurrence of 'opt_gradient_clip_norm' but found 0"),
+    ("wrong", _set("lora_rank", 16, 8), "CHECK for 'lora_rank' failed"),
+    ("order", _stop_first, "CHECK for 'run_stop' failed"),
+])
+def test_broken_log_fails_and_score_says_why(lora_smoke, tmp_path, capsys, fault, edit, reason):
+    log = _edit(lora_smoke / "result_0.txt", tmp_path / fault, edit)
+    res = check_log(log, "6.1.0")
+    assert not res.passed and any(e.startswith(reason) for e in res.errors), res.output
+    assert main(["score", str(tmp_path / fault)]) == 1
+    out = capsys.readouterr().out
+    assert reason in out and "score: none" in out
+
+
+def test_truncated_log_is_reported(lora_smoke, tmp_path, capsys):
+    def cut(lines):
+        return lines[:next(i for i, l in enumerate(lines) if '"key": "eval_accuracy"' in l) + 1]
+
+    log = _edit(lora_smoke / "result_0.txt", tmp_path / "cut", cut)
+    run = read_log(log)
+    assert run.status is None and "truncated" in run.problem
+    assert main(["score", "--json", str(tmp_path / "cut")]) == 1
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["runs"][0]["problem"].startswith("truncated")
+    assert any("'run_stop' but found 0" in e for e in rep["runs"][0]["checker_errors"])
+
+
+def test_olympic_score_rule():
+    ten = [97, 98, 99, 100, 100, 100, 101, 102, 103, 105]
+    s = olympic_score(list(ten), 0, 10)
+    assert s.valid and s.minutes == pytest.approx(sum(sorted(ten)[1:-1]) / 8)
+    one_failed = olympic_score([97, 98, 100, 100, 100, 101, 102, 103, 105], 1, 10)
+    assert one_failed.valid and one_failed.minutes == pytest.approx((98 + 100 + 100 + 100 + 101 + 102 + 103 + 105) / 8)
+    assert olympic_score([240, 260, 250], 0, 3).minutes == 250  # 3 runs: the median
+    assert olympic_score([240, 260], 1, 3).minutes == 260  # one failed: the slower good run
+    assert "at most 1" in olympic_score([1.0] * 8, 2, 10).message
+    assert not olympic_score([1.0] * 8, 2, 10).valid
+    assert "needs 10" in olympic_score([1.0] * 9, 0, 10).message
+    assert "exactly 3" in olympic_score([1.0] * 4, 0, 3).message
+
+
+def _rcp_log(path, samples, gbs=32, status="success"):
+    recs = [("submission_benchmark", "llama31_8b", {}), ("global_batch_size", gbs, {}), ("run_start", None, {}),
+            ("eval_accuracy", 3.29, {"samples_count": samples}), ("run_stop", None, {"status": status})]
+    path.write_text("".join(":::MLLOG " + json.dumps({"namespace": "", "time_ms": 1000 * i, "event_type": "POINT_IN_TIME",
+                                                      "key": k, "value": v, "metadata": m}) + "\n"
+                            for i, (k, v, m) in enumerate(recs)))
+    return read_log(path)
+
+
+def test_rcp_check_with_the_package(tmp_path):
+    # llama31_8b at GBS 32: RCP olympic mean 178,859 samples; 172,032 (14 evals) is too fast
+    runs = [_rcp_log(tmp_path / f"ok{i}.txt", s) for i, s in enumerate([172032] + [184320] * 8 + [196608])]
+    ok = rcp_check(runs, "llama31_8b", "6.1.0")
+    assert ok.ran and ok.passed and ok.numbers["submission_mean"] == 184320
+    assert ok.numbers["rcp_mean"] == pytest.approx(178858.67, abs=1)
+    fast = [_rcp_log(tmp_path / f"fast{i}.txt", 172032) for i in range(10)]
+    bad = rcp_check(fast, "llama31_8b", "6.1.0")
+    assert bad.ran and bad.passed is False and "RCP found" in bad.message
+    assert not rcp_check(runs, "tiny", "6.1.0").ran
+
+
+def test_score_input_errors(lora_smoke, gpt3_smoke, tmp_path):
+    with pytest.raises(ScoreError, match="no result_"):
+        find_results([tmp_path])
+    with pytest.raises(ScoreError, match="different benchmarks"):
+        score_dirs([lora_smoke, gpt3_smoke])
+    shutil.copytree(lora_smoke, tmp_path / "again", ignore=shutil.ignore_patterns("init_checkpoint"))
+    with pytest.raises(ScoreError, match="seed 0 appears in"):
+        score_dirs([lora_smoke, tmp_path / "again"])
+    assert main(["score", str(tmp_path / "empty-does-not-exist")]) == 1
+
+
+def test_package_tree_and_no_overwrite(lora_smoke, tmp_path, capsys):
+    out = tmp_path / "sub"
+    assert main(["package", str(lora_smoke), "--system", "box1", "--out", str(out), "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert (out / "results" / "box1" / "llama2_70b_lora" / "result_0.txt").is_file()
+    desc = json.loads((out / "systems" / "box1.json").read_text())
+    assert desc["framework"].startswith("PyTorch ") and desc["host_processor_core_count"]
+    assert "cooling" in res["to_fill"]
+    # the package checker ran and says why it fails: one run, where the benchmark needs 10
+    assert res["checker_ran"] and res["checker_passed"] is False
+    assert any("expected 10" in e or "Incorrect number of files" in e for e in res["checker_errors"]), res
+    before = (out / "systems" / "box1.json").read_text()
+    assert main(["package", str(lora_smoke), "--system", "box1", "--out", str(out)]) == 1
+    assert (out / "systems" / "box1.json").read_text() == before

@@ -1,0 +1,48 @@
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from trainperf.config import ModelConfig
+from trainperf.model.transformer import Transformer, merged_state_dict
+from trainperf.model.weights import CheckpointError, load_adapters, load_base_weights, save_adapters
+
+
+def _cfg(**kw):
+    base = dict(n_layer=2, d_model=32, n_head=4, n_kv_head=2, seq_len=16, vocab_size=64, tie_embeddings=False)
+    return ModelConfig(**{**base, **kw})
+
+
+def test_base_checkpoint_into_lora_model_and_adapters_on_their_own(tmp_path):
+    torch.manual_seed(0)
+    base = Transformer(_cfg())
+    save_file({k: v.contiguous() for k, v in base.state_dict().items()}, str(tmp_path / "base.safetensors"))
+    lora = Transformer(_cfg(lora_rank=4, lora_alpha=8.0))
+    load_base_weights(lora, tmp_path / "base.safetensors")
+    x = torch.randint(0, 64, (2, 16))
+    assert torch.equal(lora(x), base(x))  # B starts at zero: the adapters add nothing yet
+    assert {n for n, p in lora.named_parameters() if p.requires_grad} == {
+        n for n in lora.state_dict() if ".lora_" in n}  # only adapters train
+    with torch.no_grad():
+        for n, p in lora.named_parameters():
+            if ".lora_b" in n:
+                p.normal_()
+    save_adapters(lora, tmp_path / "adapters.safetensors")
+    other = Transformer(_cfg(lora_rank=4, lora_alpha=8.0))
+    load_base_weights(other, tmp_path / "base.safetensors")
+    assert load_adapters(other, tmp_path / "adapters.safetensors") == 2 * 4 * 2  # a, b on wq wk wv wo, 2 layers
+    assert torch.allclose(other(x), lora(x))
+    plain = Transformer(_cfg())
+    plain.load_state_dict(merged_state_dict(lora))
+    assert torch.allclose(plain(x), lora(x), atol=1e-5)
+
+
+def test_checkpoint_errors(tmp_path):
+    m = Transformer(_cfg())
+    with pytest.raises(CheckpointError, match="not found"):
+        load_base_weights(m, tmp_path / "missing.safetensors")
+    save_file({k: v.contiguous() for k, v in Transformer(_cfg(d_model=64)).state_dict().items()},
+              str(tmp_path / "wide.safetensors"))
+    with pytest.raises(CheckpointError, match="shape"):
+        load_base_weights(m, tmp_path / "wide.safetensors")
+    with pytest.raises(CheckpointError, match="no LoRA adapters"):
+        save_adapters(m, tmp_path / "a.safetensors")
