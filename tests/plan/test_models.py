@@ -68,6 +68,15 @@ def test_activation_memory_full_recompute_and_flash():
     assert activation_bytes_per_layer(cfg, s, b, tp=t) == pytest.approx(32 * s * b * 1024 / t)
 
 
+def test_frozen_mlp_keeps_no_gemm_inputs():
+    cfg = ModelConfig(family="llama", n_layer=1, d_model=1024, n_head=8, n_kv_head=2, d_ff=2816, vocab_size=100)
+    s, b = 4096, 1
+    full = activation_bytes_per_layer(cfg, s, b)
+    frozen = activation_bytes_per_layer(cfg, s, b, frozen_mlp=True)
+    # the MLP input (2sbh) and the down-projection input (2sbf) served only weight gradients
+    assert full - frozen == 2 * s * b * 1024 + 2 * s * b * 2816
+
+
 def test_optimizer_state_sharding():
     w, g, o = state_bytes(1e9, 0, dp_shard=1, precision="bf16")
     assert (w + g + o) / 1e9 == 18  # 2 + 4 + 12 bytes/param (Megatron's mixed-precision Adam)

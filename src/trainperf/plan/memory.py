@@ -23,12 +23,17 @@ from dataclasses import dataclass
 from trainperf.config import ModelConfig
 
 GiB = 2**30
+FROZEN_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 RESERVE = 0.10  # share of usable HBM kept for cuBLAS/NCCL workspaces and allocator fragmentation
 
 
 def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp: bool = True,
-                               recompute: str = "none", flash: bool = True, dropout: bool = False) -> float:
-    """Bytes one layer keeps for its backward, per tensor-parallel rank, for b sequences of s tokens."""
+                               recompute: str = "none", flash: bool = True, dropout: bool = False,
+                               frozen_mlp: bool = False) -> float:
+    """Bytes one layer keeps for its backward, per tensor-parallel rank, for b sequences of s tokens.
+
+    frozen_mlp: the MLP's weights are frozen and carry no adapters (LoRA on attention only): its
+    GEMMs need no inputs saved for weight gradients, only the activation function's inputs."""
     h, a, f = cfg.d_model, cfg.n_head, cfg.ff_dim
     kv = cfg.kv_heads * cfg.head_dim
     sbh = s * b * h
@@ -48,10 +53,12 @@ def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp
     else:
         mlp_mid = 2 * 2 * s * b * f  # pre- and post-GELU
         act_out = 2 * s * b * f
+    if frozen_mlp:
+        mlp_mid -= act_out  # the down-projection's input only served its weight gradient
     sharded = q_k_v + core + mlp_mid
     # parts that stay whole without sequence parallelism
     norm_in = 2 * 2 * sbh
-    gemm_in = 2 * 2 * sbh  # QKV input and MLP input (the norms' outputs)
+    gemm_in = (1 if frozen_mlp else 2) * 2 * sbh  # QKV input and MLP input (the norms' outputs)
     masks = 2 * drop_mask * sbh
     if recompute == "selective" and flash:
         sharded -= act_out
@@ -95,11 +102,12 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str) 
 
     Megatron's distributed optimizer (ZeRO-1): bf16 weights and fp32 gradient buffers stay whole,
     the fp32 master copy and Adam's two moments (12 bytes/param) are split over the data-parallel
-    ranks. FP8/FP4 matmuls keep a low-precision copy of each weight as well (+1 byte). A frozen
-    LoRA base holds bf16 weights only.
+    ranks. FP8/FP4 matmuls keep a low-precision copy of each trainable weight as well (+1 byte).
+    A frozen LoRA base is held in the matmul format only (NVIDIA's MLPerf LoRA runs set fp8_params:
+    1 byte; NVFP4 is 4 bits plus one FP8 scale per 16 values).
     """
     extra = 1 if precision in ("fp8", "fp4") else 0
-    weights = (trainable + frozen) * (2 + extra)
+    weights = trainable * (2 + extra) + frozen * FROZEN_BYTES[precision]
     grads = trainable * 4
     optimizer = trainable * 12 / dp_shard
     return weights, grads, optimizer
