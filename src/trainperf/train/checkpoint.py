@@ -223,10 +223,12 @@ class Checkpointer:
         same_world = self.meta.get("world_size") == self.env.world_size
         if same_world:
             state[rng_key] = torch.get_rng_state()
+        from torch.distributed.checkpoint.api import CheckpointException
+
         try:
             dcp.load(state, checkpoint_id=str(self.source))
-        except Exception as e:  # DCP raises many types (CheckpointException, RuntimeError, KeyError...)
-            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
+            msg = _first_error(e)
             raise CheckpointError(f"{self.source}: corrupt or incompatible checkpoint ({msg})") from None
         optim_sd["state"] = state["optim"]["state"]
         set_state_dict(inner, opt, model_state_dict=state["model"], optim_state_dict=optim_sd)
@@ -313,6 +315,19 @@ class Checkpointer:
     def summary_fields(self) -> dict:
         return {"restarts": self.restarts, "lost_steps": self.lost_steps, "resumed_from_step": self.resume_step,
                 "checkpoints": [p.name for p in committed(self.dir)] if self.env.is_main else []}
+
+
+def _first_error(e: BaseException) -> str:
+    """One line from a DCP failure (which wraps each rank's exception and traceback)."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = next(iter(failures.values()))
+        inner = inner[0] if isinstance(inner, tuple) else inner
+        if isinstance(inner, BaseException):
+            e = inner
+    text = str(e).strip()
+    line = text.splitlines()[0][:160] if text else ""
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
 
 
 def _last_step(metrics: Path) -> int:

@@ -1,0 +1,119 @@
+"""Distributed checkpoints on one process: bitwise resume, atomic commit, retention, clear refusals."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import trainperf.train.checkpoint as ck
+from trainperf.parallel.env import DistEnv
+from trainperf.train.checkpoint import MARKER, CheckpointError, committed, resolve
+from trainperf.train.loop import RunOptions, train
+
+
+def _losses(out):
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
+
+
+def _recipe(small_recipe, *extra):
+    return small_recipe("train.log_every=1", "checkpoint.every_steps=4", *extra)
+
+
+@pytest.fixture
+def full_run(small_recipe, tmp_path):
+    """8 uninterrupted steps, checkpoints at 4 and 8."""
+    out = tmp_path / "full"
+    s = train(_recipe(small_recipe), DistEnv(), RunOptions(out=out, max_steps=8))
+    return out, s
+
+
+def test_resume_is_bitwise_identical(small_recipe, full_run, tmp_path):
+    full, s_full = full_run
+    assert [p.name for p in committed(full / "checkpoints")] == ["step_00000004", "step_00000008"]
+    out = tmp_path / "resumed"
+    s = train(_recipe(small_recipe), DistEnv(),
+              RunOptions(out=out, max_steps=8, resume=full / "checkpoints" / "step_00000004"))
+    a, b = _losses(full), _losses(out)
+    assert sorted(b) == [5, 6, 7, 8]
+    assert [b[k] for k in b] == [a[k] for k in b]  # exact float equality, not approx
+    assert s.final_eval_loss == s_full.final_eval_loss and s.resumed_from_step == 4
+    wa, wb = load_file(str(full / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_keeps_last_k(small_recipe, tmp_path):
+    out = tmp_path / "k"
+    train(small_recipe("checkpoint.every_steps=2", "checkpoint.keep=2"), DistEnv(), RunOptions(out=out, max_steps=7))
+    assert [p.name for p in committed(out / "checkpoints")] == ["step_00000006", "step_00000007"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000006", "step_00000007"]
+
+
+def test_crash_during_save_is_never_picked_up(small_recipe, full_run, tmp_path, monkeypatch):
+    full, _ = full_run
+    # a real save that dies at the commit (after every file was written)
+    out = tmp_path / "crash"
+    shutil.copytree(full, out)
+    (out / "summary.json").unlink()
+
+    def boom(self, tmp, final, step):  # dies after DCP wrote every shard, before the commit
+        raise OSError("simulated crash")
+
+    monkeypatch.setattr(ck.Checkpointer, "_commit", boom)
+    with pytest.raises(OSError, match="simulated crash"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=out, max_steps=12, resume=out))
+    monkeypatch.undo()
+    assert (out / "checkpoints" / ".step_00000012.tmp").is_dir()  # written, never committed
+    # ... and a step folder that lost its marker (copied half-way by hand, say)
+    broken = out / "checkpoints" / "step_00000016"
+    shutil.copytree(out / "checkpoints" / "step_00000008", broken)
+    (broken / MARKER).unlink()
+    assert resolve(out).name == "step_00000008"
+    with pytest.raises(CheckpointError, match="not a complete checkpoint"):
+        ck.verify(broken)
+
+
+def test_corrupt_checkpoint_refused_before_training(small_recipe, full_run, tmp_path):
+    full, _ = full_run
+    ckpt = full / "checkpoints" / "step_00000008"
+    shard = next(ckpt.glob("*.distcp"))
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match="corrupt checkpoint"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "x", max_steps=12, resume=ckpt))
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+    # same size, garbage bytes: DCP itself fails to read it, still before any step
+    shard.write_bytes(b"\0" * (2 * (shard.stat().st_size or 1)))
+    json_meta = json.loads((ckpt / MARKER).read_text())
+    json_meta["files"][shard.name] = shard.stat().st_size
+    (ckpt / MARKER).write_text(json.dumps(json_meta))
+    with pytest.raises(CheckpointError, match="corrupt or incompatible"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "y", max_steps=12, resume=ckpt))
+    assert not (tmp_path / "y" / "metrics.jsonl").exists()
+
+
+def test_checkpoint_of_another_model_refused(small_recipe, full_run, tmp_path):
+    full, _ = full_run
+    before = sorted(os.listdir(full / "checkpoints"))
+    with pytest.raises(CheckpointError, match="another model or recipe.*model.d_model"):
+        train(_recipe(small_recipe, "model.d_model=32"), DistEnv(),
+              RunOptions(out=tmp_path / "other", max_steps=12, resume=full))
+    with pytest.raises(CheckpointError, match="train.lr"):
+        train(_recipe(small_recipe, "train.lr=1e-3"), DistEnv(),
+              RunOptions(out=tmp_path / "other2", max_steps=12, resume=full))
+    assert sorted(os.listdir(full / "checkpoints")) == before
+
+
+def test_resume_needs_a_checkpoint_and_a_fresh_run_needs_an_empty_dir(small_recipe, tmp_path):
+    with pytest.raises(CheckpointError, match="no such"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "a", resume=tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="holds no complete checkpoint"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "a", resume=tmp_path / "empty"))
+    (tmp_path / "b" / "checkpoints" / "step_00000004").mkdir(parents=True)
+    (tmp_path / "b" / "checkpoints" / "step_00000004" / MARKER).write_text("{}")
+    with pytest.raises(CheckpointError, match="already holds checkpoints"):
+        train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "b", max_steps=2))
