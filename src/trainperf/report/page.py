@@ -14,7 +14,7 @@ from pathlib import Path
 import trainperf
 from trainperf.report import plots
 from trainperf.report.rundir import RunData, RunDirError, expand_run_dirs, load_run
-from trainperf.report.scaling import load_plan, load_published, published_csv
+from trainperf.report.scaling import PlanError, load_plan, load_published, published_csv
 from trainperf.report.verdict import Score, Verdict, compliance, score_runs
 
 
@@ -155,6 +155,8 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
             raise RunDirError(f"{run.path}: given twice")
         seen[key] = run.name
     plan_data = [load_plan(p) for p in plans]
+    if published is not None and not Path(published).is_file():
+        raise PlanError(f"{published}: no such file (--published)")
     verdicts = [compliance(r) if check else Verdict("n/a", "not checked (--no-check)") for r in runs]
     scores = score_runs(runs, verdicts) if runs else []
 
