@@ -1,0 +1,54 @@
+"""Through the CLI: `--nproc 2` starts torchrun, a SIGKILLed worker is restarted and the run recovers;
+bad layouts and checkpoints fail with one line before any training."""
+
+import json
+import os
+import subprocess
+import sys
+
+SMALL = ["--set", "data.synthetic=true", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
+         "--set", "model.n_layer=2", "--set", "model.d_model=64", "--set", "model.seq_len=32",
+         "--set", "train.global_batch_size=8", "--set", "train.micro_batch_size=4", "--set", "train.precision=fp32",
+         "--set", "train.warmup_steps=2", "--set", "train.decay_steps=20", "--set", "train.log_every=1",
+         "--set", "eval.every_samples=32", "--no-progress"]
+
+
+def _run(*args, cwd, extra_env=None, timeout=300):
+    env = {**os.environ, "TRAINPERF_CACHE": str(cwd / "cache"), **(extra_env or {})}
+    return subprocess.run([sys.executable, "-m", "trainperf", "run", *SMALL, *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def test_killed_worker_is_restarted_and_run_reaches_target(tmp_path):
+    out = tmp_path / "run"
+    # rank 1 SIGKILLs itself before step 6 (first attempt only); checkpoints at 4 and 8; eval loss
+    # passes 4.0 at the step-8 evaluation
+    p = _run("--nproc", "2", "--max-restarts", "1", "--checkpoint-every", "4", "--set", "eval.target=4.0",
+             "--max-steps", "16", "--out", str(out), cwd=tmp_path, extra_env={"TRAINPERF_FAULT": "1:6"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "success" and s["world_size"] == 2
+    assert s["restarts"] == 1 and s["resumed_from_step"] == 4 and s["lost_steps"] == 2
+    first = json.loads((out / "attempts" / "1" / "attempt.json").read_text())
+    assert first["reached_step"] == 6 and first["restart_count"] == 1
+    # the second attempt redid steps 5 and 6 with the same losses as the first (same data, same state)
+    killed = [json.loads(x) for x in (out / "attempts" / "1" / "metrics.jsonl").read_text().splitlines()]
+    redone = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    loss = lambda rows, k: next(r["loss"] for r in rows if r["kind"] == "train" and r["step"] == k)  # noqa: E731
+    assert loss(redone, 5) == loss(killed, 5) and loss(redone, 6) == loss(killed, 6)
+    assert min(r["step"] for r in redone if r["kind"] == "train") == 5
+    assert (out / "result_0.txt").read_text().count("run_start") == 1
+
+
+def test_bad_mesh_fails_before_launch(tmp_path):
+    p = _run("--nproc", "2", "--set", "parallel.dp_shard=4", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "parallel:" in p.stderr and p.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "x").exists()
+
+
+def test_resume_errors_are_one_line(tmp_path):
+    p = _run("--resume", str(tmp_path / "missing"), cwd=tmp_path)
+    assert p.returncode == 1 and "no such checkpoint" in p.stderr and "Traceback" not in p.stderr
+    p = _run("--set", "parallel.tp=2", "--max-steps", "1", "--out", str(tmp_path / "y"), cwd=tmp_path)
+    assert p.returncode == 2 and "parallel:" in p.stderr and "Traceback" not in p.stderr
