@@ -94,6 +94,7 @@ def test_fsdp_bf16_trains_and_logs_layout(runs):
     log = (runs / "fsdp_bf16" / "result_0.txt").read_text()
     assert '"key": "world_size", "value": 2' in log
     assert '"key": "lowest_numerical_precision_in_comm", "value": "bfloat16"' in log
+    assert '"strategy": "fsdp"' in log and '"dp_shard": 2' in log
     summary = json.loads((runs / "fsdp_bf16" / "summary.json").read_text())
     assert summary["world_size"] == 2
 

@@ -28,7 +28,7 @@ from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
 from trainperf.model.weights import CheckpointError, load_base_weights, save_adapters
-from trainperf.parallel.apply import comm_precision, dp_info, parallelize, unwrap
+from trainperf.parallel.apply import comm_precision, dp_info, parallelize, resolve_layout, unwrap
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.peak import device_peak
@@ -243,7 +243,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     log.event(C.MICRO_BATCH_SIZE, micro)
     log.event(C.CONFIG_FILENAME, Path(r.source).name or "recipe.toml")
     log.event("world_size", env.world_size)
-    log.event("parallel_layout", {"dp": dp_size, "tp": r.parallel.tp, "pp": r.parallel.pp, "cp": r.parallel.cp})
+    log.event("parallel_layout", resolve_layout(r.parallel, env.world_size).to_dict())
     log.event("corpus_fingerprint", data.fingerprint)
     log.event("tokenizer", data.meta["tokenizer"])
     log.event("eval_metric", e.metric)

@@ -1,0 +1,62 @@
+"""The layout a recipe's [parallel] section gives for a world size, and the launcher's command line."""
+
+from pathlib import Path
+
+import pytest
+
+from trainperf.config import ConfigError, ParallelConfig, load_recipe
+from trainperf.parallel.apply import comm_precision, dp_info, resolve_layout
+from trainperf.parallel.env import DistEnv
+from trainperf.parallel.launch import torchrun_command, worker_argv
+
+
+def test_dp_shard_takes_the_rest():
+    lay = resolve_layout(ParallelConfig(dp_replicate=2, tp=4), 32)
+    assert (lay.dp_replicate, lay.dp_shard, lay.tp, lay.dp) == (2, 4, 4, 8)
+    assert lay.strategy == "hsdp+tp" and lay.world_size == 32
+    assert resolve_layout(ParallelConfig(), 1).strategy == "single"
+    assert resolve_layout(ParallelConfig(), 2).strategy == "fsdp"
+    assert resolve_layout(ParallelConfig(dp_replicate=2, dp_shard=1), 2).strategy == "ddp"
+    assert resolve_layout(ParallelConfig(tp=2, dp_shard=1), 2).strategy == "tp"
+
+
+@pytest.mark.parametrize("pcfg, world, msg", [
+    (ParallelConfig(tp=4), 6, "not divisible"),
+    (ParallelConfig(dp_shard=3), 2, "does not match the 2 processes"),
+    (ParallelConfig(tp=2), 1, "not divisible"),
+])
+def test_bad_layouts_name_the_section(pcfg, world, msg):
+    with pytest.raises(ConfigError, match=f"parallel: .*{msg}"):
+        resolve_layout(pcfg, world)
+
+
+def test_dp_rank_skips_tensor_parallel_peers():
+    pcfg = ParallelConfig(tp=2)
+    assert [dp_info(pcfg, DistEnv(rank=r, world_size=8)) for r in range(8)] == [(r // 2, 4) for r in range(8)]
+
+
+def test_comm_precision_is_what_the_collectives_carry():
+    two = DistEnv(rank=0, world_size=2)
+    assert comm_precision(ParallelConfig(), two, "bf16") == "bfloat16"  # FSDP all-gathers bf16 params
+    assert comm_precision(ParallelConfig(), two, "fp32") == "fp32"
+    assert comm_precision(ParallelConfig(dp_replicate=2, dp_shard=1), two, "bf16") == "fp32"  # DDP: fp32 grads
+
+
+def test_recipe_rejects_unimplemented_and_bad_values():
+    with pytest.raises(ConfigError, match="parallel.pp"):
+        load_recipe("tiny", ["parallel.pp=2"])
+    with pytest.raises(ConfigError, match="parallel.tp"):
+        load_recipe("tiny", ["parallel.tp=3"])
+    with pytest.raises(ConfigError, match="checkpoint.keep"):
+        load_recipe("tiny", ["checkpoint.keep=0"])
+    with pytest.raises(ConfigError, match="parallel.activation_checkpoint"):
+        load_recipe("tiny", ["parallel.activation_checkpoint=some"])
+
+
+def test_worker_command_line():
+    argv = ["run", "tiny", "--nproc", "2", "--max-restarts=3", "--set", "train.lr=1e-3", "--debug"]
+    assert worker_argv(argv, Path("runs/x")) == ["run", "tiny", "--set", "train.lr=1e-3", "--debug", "--out", "runs/x"]
+    assert worker_argv(["run", "--out", "o", "--nproc=4"], Path("p")) == ["run", "--out", "o"]
+    cmd = torchrun_command(4, 2, ["run"])
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=4" in cmd and "--max-restarts=2" in cmd
+    assert cmd[-3:] == ["-m", "trainperf", "run"]
