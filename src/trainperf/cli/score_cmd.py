@@ -46,7 +46,9 @@ def print_report(rep, out=None) -> None:
         print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {str(r.status or 'truncated'):<9}  "
               f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {verdict}", file=out)
         if r.check and len(r.check.errors) > 1:
-            for e in r.check.errors[1:]:
+            more = r.check.errors[1:4] + ([f"(+{len(r.check.errors) - 4} more; --json lists all)"]
+                                          if len(r.check.errors) > 4 else [])
+            for e in more:
                 print(f"  {'':<{w}}  {'':>5}  {'':<9}  {'':>9}  {'':>18}        {e}", file=out)
     s = rep.score
     head = f"score: {s.minutes:.4f} minutes" if s.valid else "score: none"

@@ -126,7 +126,8 @@ def package(dirs: list[Path], system: str, out: Path, submitter: str = "", statu
     if len(seeds) != len(set(seeds)):
         raise ScoreError("duplicated seeds among the runs; MLPerf runs need distinct seeds")
     desc, to_fill = system_description(system, submitter or os.environ.get("TRAINPERF_ORG", ""), status, runs)
-    stage = Path(tempfile.mkdtemp(prefix=".package-", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".package-", dir=out.parent))  # same filesystem: rename is atomic
     try:
         res_dir = stage / "results" / system / bench
         res_dir.mkdir(parents=True)
@@ -134,7 +135,6 @@ def package(dirs: list[Path], system: str, out: Path, submitter: str = "", statu
         for i, r in enumerate(runs):
             shutil.copyfile(r.path, res_dir / f"result_{i}.txt")
         _write_json(stage / "systems" / f"{system}.json", desc)
-        out.parent.mkdir(parents=True, exist_ok=True)
         stage.rename(out)  # the tree appears whole or not at all
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
