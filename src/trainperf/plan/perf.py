@@ -13,7 +13,7 @@ per-run overhead. Every constant not fitted by calibration is named below with i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trainperf.plan import comm
 from trainperf.plan.calibration import Calibration
@@ -73,7 +73,6 @@ class Estimate:
     train_s: float
     eval_s: float
     overhead_s: float
-    notes: list = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
