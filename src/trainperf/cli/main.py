@@ -82,7 +82,7 @@ def cmd_run(args) -> int:
     from trainperf.config import load_recipe
     from trainperf.parallel.env import init_env
     from trainperf.train.benchmark import run_benchmark
-    from trainperf.train.loop import RunOptions, train
+    from trainperf.train.loop import RunOptions
 
     overrides = list(args.overrides)
     if args.checkpoint_every is not None:

@@ -13,17 +13,17 @@ import dataclasses
 import math
 from typing import Any, Callable
 
+from mlperf_logging.benchmark_meta import get_result_file_counts
+
 from trainperf.config import ConfigError, Recipe, load_recipe
 from trainperf.mlperf.logger import C, MLPerfLog
 
-# benchmark -> (newest training ruleset of the installed package that has it, runs per scored result).
-# The run counts are the package's benchmark_meta; 405b is absent from 6.1.0 and gpt3 ends at 4.1.0.
+# benchmark -> (newest training ruleset of the installed package that has it, runs per scored result
+# from the package's benchmark_meta). 405b is absent from 6.1.0 and gpt3 ends at 4.1.0; the checker
+# crashes on a benchmark its ruleset lacks, so the ruleset is chosen here.
+_RULESETS = {"llama31_8b": "6.1.0", "llama2_70b_lora": "6.1.0", "llama31_405b": "6.0.0", "gpt3": "4.1.0"}
 OFFICIAL: dict[str, tuple[str, int]] = {
-    "llama31_8b": ("6.1.0", 10),
-    "llama2_70b_lora": ("6.1.0", 10),
-    "llama31_405b": ("6.0.0", 3),
-    "gpt3": ("4.1.0", 3),
-}
+    b: (rs, get_result_file_counts("training")[b]) for b, rs in _RULESETS.items()}
 
 # Recipe keys whose change is no departure from the rules (where files live, logging, layout).
 _NEUTRAL = {"data.corpus", "data.cache_dir", "train.log_every", "train.fused", "train.seed",
@@ -46,6 +46,8 @@ class BenchmarkHooks:
 
     # The start checkpoint's steps continue the LR schedule (gpt3) rather than start it at 0.
     continues_schedule = False
+    # opt_name's value, then the log keys of beta1, beta2, epsilon and weight decay
+    optimizer_keys = ("adamw", C.OPT_ADAMW_BETA_1, C.OPT_ADAMW_BETA_2, C.OPT_ADAMW_EPSILON, C.OPT_ADAMW_WEIGHT_DECAY)
 
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
@@ -54,11 +56,10 @@ class BenchmarkHooks:
 
     def log_optimizer(self, log: MLPerfLog) -> None:
         t = self.recipe.train
-        log.event(C.OPT_NAME, "adamw")
-        log.event(C.OPT_ADAMW_BETA_1, t.beta1)
-        log.event(C.OPT_ADAMW_BETA_2, t.beta2)
-        log.event(C.OPT_ADAMW_EPSILON, t.eps)
-        log.event(C.OPT_ADAMW_WEIGHT_DECAY, t.weight_decay)
+        name, *keys = self.optimizer_keys
+        log.event(C.OPT_NAME, name)
+        for key, value in zip(keys, (t.beta1, t.beta2, t.eps, t.weight_decay)):
+            log.event(key, value)
 
     def log_hyperparameters(self, log: MLPerfLog) -> None:
         """Keys beyond the common set the train loop logs (e.g. lora_rank, init_checkpoint_step)."""
@@ -179,16 +180,9 @@ class GPT3(_Common):
 
     seq_len, every = 2048, 24576
     continues_schedule = True
-
-    def log_optimizer(self, log: MLPerfLog) -> None:
-        # Adam with decoupled weight decay, which the GPT-3 rules name "adam"; decay 0.1 is logged
-        # as a trainperf key, since the 4.1.0 rules have no Adam weight-decay key.
-        t = self.recipe.train
-        log.event(C.OPT_NAME, "adam")
-        log.event(C.OPT_ADAM_BETA_1, t.beta1)
-        log.event(C.OPT_ADAM_BETA_2, t.beta2)
-        log.event(C.OPT_ADAM_EPSILON, t.eps)
-        log.event("opt_weight_decay", t.weight_decay)
+    # Adam with decoupled weight decay, which the GPT-3 rules name "adam"; the 4.1.0 rules have no
+    # Adam weight-decay key, so decay is logged under a trainperf key.
+    optimizer_keys = ("adam", C.OPT_ADAM_BETA_1, C.OPT_ADAM_BETA_2, C.OPT_ADAM_EPSILON, "opt_weight_decay")
 
     def log_hyperparameters(self, log: MLPerfLog) -> None:
         log.event(C.INIT_CHECKPOINT_STEP, self.recipe.train.init_checkpoint_step)
