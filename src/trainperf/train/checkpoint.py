@@ -219,10 +219,12 @@ class Checkpointer:
         # param groups' hyperparameters come from the recipe anyway (the lr is set every step)
         state = {"model": model_sd, "optim": {"state": optim_sd["state"]},
                  "train": {"step": torch.zeros((), dtype=torch.int64), "n_evals": torch.zeros((), dtype=torch.int64)}}
-        rng_key = self._rng_key()
         same_world = self.meta.get("world_size") == self.env.world_size
+        rng = self._rng_state()
+        if self.meta.get("device_type") != self.env.device.type:
+            rng = {k: v for k, v in rng.items() if not k.startswith("cuda_")}
         if same_world:
-            state[rng_key] = torch.get_rng_state()
+            state.update(rng)
         from torch.distributed.checkpoint.api import CheckpointException
 
         try:
@@ -233,14 +235,25 @@ class Checkpointer:
         optim_sd["state"] = state["optim"]["state"]
         set_state_dict(inner, opt, model_state_dict=state["model"], optim_state_dict=optim_sd)
         if same_world:
-            # the same world size: every rank continues its own random stream exactly
-            torch.set_rng_state(state[rng_key])
+            # the same world size: every rank continues its own random streams exactly
+            self._set_rng_state({k: state[k] for k in rng})
         self.seconds += time.perf_counter() - t0
         self.saved_step = int(state["train"]["step"])
         return Resumed(int(state["train"]["step"]), int(state["train"]["n_evals"]))
 
-    def _rng_key(self) -> str:
-        return f"rng_rank{self.env.rank}"
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        """This rank's generator states, keyed by rank (each rank has its own streams)."""
+        r = self.env.rank
+        out = {f"rng_rank{r}": torch.get_rng_state()}
+        if self.env.device.type == "cuda":
+            out[f"cuda_rng_rank{r}"] = torch.cuda.get_rng_state(self.env.device)
+        return out
+
+    def _set_rng_state(self, states: dict[str, torch.Tensor]) -> None:
+        r = self.env.rank
+        torch.set_rng_state(states[f"rng_rank{r}"])
+        if f"cuda_rng_rank{r}" in states:
+            torch.cuda.set_rng_state(states[f"cuda_rng_rank{r}"], self.env.device)
 
     # ---- save
 
@@ -274,7 +287,7 @@ class Checkpointer:
         state = {"model": model_sd, "optim": optim_sd,
                  "train": {"step": torch.tensor(step, dtype=torch.int64),
                            "n_evals": torch.tensor(n_evals, dtype=torch.int64)},
-                 self._rng_key(): torch.get_rng_state()}
+                 **self._rng_state()}
         dcp.save(state, checkpoint_id=str(tmp))
         if env.is_main:
             self._commit(tmp, final, step)
@@ -287,7 +300,8 @@ class Checkpointer:
     def _commit(self, tmp: Path, final: Path, step: int) -> None:
         layout = resolve_layout(self.r.parallel, self.env.world_size)
         meta = {"format": FORMAT, "step": step, "samples": step * self.r.train.global_batch_size,
-                "seed": self.seed, "world_size": self.env.world_size, "layout": layout.to_dict(),
+                "seed": self.seed, "world_size": self.env.world_size, "device_type": self.env.device.type,
+                "layout": layout.to_dict(),
                 "recipe": self.r.to_dict(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
         marker_tmp = tmp / (MARKER + ".tmp")
