@@ -41,7 +41,7 @@ def print_report(rep, out=None) -> None:
     unit = "tokens" if rep.benchmark == "gpt3" else "samples"
     print(f"  {'run':<{w}}  {'seed':>5}  {'status':<9}  {'minutes':>9}  {unit + ' to target':>18}  checker", file=out)
     for r in rep.runs:
-        conv = r.tokens if rep.benchmark == "gpt3" else r.samples
+        conv = (r.tokens if rep.benchmark == "gpt3" else r.samples) if r.converged else None
         verdict = "pass" if r.check and r.check.passed else f"FAIL: {r.check.first_error}" if r.check else "-"
         print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {str(r.status or 'truncated'):<9}  "
               f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {verdict}", file=out)

@@ -279,7 +279,9 @@ class Report:
         return {
             "benchmark": self.benchmark, "ruleset": self.ruleset, "ok": self.ok,
             "runs": [{"file": str(r.path), "seed": r.seed, "status": r.status, "minutes": r.minutes,
-                      "samples_to_target": r.samples, "tokens_to_target": r.tokens,
+                      "samples_to_target": r.samples if r.converged else None,
+                      "tokens_to_target": r.tokens if r.converged else None,
+                      "samples_at_last_eval": r.samples, "tokens_at_last_eval": r.tokens,
                       "checker": None if r.check is None else ("pass" if r.check.passed else "fail"),
                       "checker_errors": [] if r.check is None else r.check.errors,
                       "counted": r.ok, "problem": r.problem} for r in self.runs],
