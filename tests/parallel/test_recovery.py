@@ -52,3 +52,16 @@ def test_resume_errors_are_one_line(tmp_path):
     assert p.returncode == 1 and "no such checkpoint" in p.stderr and "Traceback" not in p.stderr
     p = _run("--set", "parallel.tp=2", "--max-steps", "1", "--out", str(tmp_path / "y"), cwd=tmp_path)
     assert p.returncode == 2 and "parallel:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_resume_in_place_continues_and_keeps_the_first_attempt(tmp_path):
+    out = tmp_path / "r"
+    p = _run("--max-steps", "2", "--checkpoint-every", "2", "--out", str(out), cwd=tmp_path)
+    assert p.returncode == 3, p.stderr[-2000:]  # stopped by --max-steps: aborted
+    p = _run("--max-steps", "4", "--checkpoint-every", "2", "--resume", str(out), cwd=tmp_path)
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert "resumed from step 2" in p.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["steps"], s["resumed_from_step"], s["restarts"], s["lost_steps"]) == (4, 2, 1, 0)
+    assert json.loads((out / "attempts" / "1" / "summary.json").read_text())["steps"] == 2
+    assert s["checkpoints"] == ["step_00000002", "step_00000004"]

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 import trainperf.train.checkpoint as ck
+from trainperf.config import load_recipe
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import MARKER, CheckpointError, committed, resolve
 from trainperf.train.loop import RunOptions, train
@@ -23,12 +24,23 @@ def _recipe(small_recipe, *extra):
     return small_recipe("train.log_every=1", "checkpoint.every_steps=4", *extra)
 
 
+@pytest.fixture(scope="module")
+def _full(tmp_path_factory):
+    """8 uninterrupted steps, checkpoints at 4 and 8 (trained once; tests get a copy)."""
+    root = tmp_path_factory.mktemp("full")
+    base = ["data.synthetic=true", "data.tokenizer=byte", f"data.cache_dir={root / 'cache'}",
+            "data.eval_bytes=4096", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
+            "model.seq_len=32", "train.global_batch_size=8", "train.micro_batch_size=4",
+            "train.warmup_steps=2", "train.decay_steps=20", "train.lr=3e-3", "train.log_every=1",
+            "train.precision=fp32", "eval.every_samples=64", "eval.target=0.5", "checkpoint.every_steps=4"]
+    s = train(load_recipe("tiny", base), DistEnv(), RunOptions(out=root / "full", max_steps=8))
+    return root / "full", s
+
+
 @pytest.fixture
-def full_run(small_recipe, tmp_path):
-    """8 uninterrupted steps, checkpoints at 4 and 8."""
-    out = tmp_path / "full"
-    s = train(_recipe(small_recipe), DistEnv(), RunOptions(out=out, max_steps=8))
-    return out, s
+def full_run(_full, tmp_path):
+    shutil.copytree(_full[0], tmp_path / "full")
+    return tmp_path / "full", _full[1]
 
 
 def test_resume_is_bitwise_identical(small_recipe, full_run, tmp_path):

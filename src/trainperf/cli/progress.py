@@ -70,4 +70,7 @@ class RunDisplay:
         t.add_row("MFU", f"{100 * s.mfu:.1f}% of {s.peak_flops / 1e12:.2f} TFLOP/s per device "
                           f"({s.peak_source}); {s.flops_per_token:,} FLOPs/token")
         t.add_row("files", f"{s.out}/ (result_{s.seed}.txt, metrics.jsonl, summary.json, model.safetensors)")
+        if getattr(s, "restarts", 0) or getattr(s, "resumed_from_step", 0):
+            t.add_row("recovery", f"resumed from step {s.resumed_from_step}; {s.restarts} earlier attempt(s), "
+                                  f"{s.lost_steps} steps redone")
         Console(file=sys.stdout).print(t)
