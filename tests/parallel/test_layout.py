@@ -60,3 +60,16 @@ def test_worker_command_line():
     cmd = torchrun_command(4, 2, ["run"])
     assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=4" in cmd and "--max-restarts=2" in cmd
     assert cmd[-3:] == ["-m", "trainperf", "run"]
+
+
+def test_no_more_processes_than_gpus(monkeypatch):
+    import torch
+
+    from trainperf.parallel.launch import check_devices
+
+    check_devices(8, "cpu")  # gloo: any number of processes
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    check_devices(1, "cuda")
+    with pytest.raises(ConfigError, match="--nproc 2: only 1 CUDA"):
+        check_devices(2, "auto")

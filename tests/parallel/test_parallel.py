@@ -50,6 +50,7 @@ JOBS = {
     "tp": (["parallel.tp=2", "parallel.dp_shard=1"], STEPS),
     "gpt_tp": (["model.family=gpt", "model.bias=true", "parallel.tp=2", "parallel.dp_shard=1"], 3),
     "fsdp_bf16": (["train.precision=bf16"], 3),
+    "fsdp_accum": (["train.micro_batch_size=2"], STEPS),  # 2 micro-batches per rank
 }
 
 
@@ -70,11 +71,11 @@ def runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum"])
 def test_matches_single_process(runs, name):
     ref_train, ref_eval = rows(runs / "single", "train"), rows(runs / "single", "eval")
     got_train, got_eval = rows(runs / name, "train"), rows(runs / name, "eval")
-    assert sorted(got_train) == list(range(1, STEPS + 1))
+    assert sorted(got_train) == list(range(1, JOBS[name][1] + 1))
     for step, loss in got_train.items():
         assert loss == pytest.approx(ref_train[step], rel=RTOL), (name, step)
     assert got_eval.keys() == ref_eval.keys()

@@ -107,6 +107,7 @@ def cmd_run(args) -> int:
         out = run_dir_of(args.resume)  # a resumed run keeps writing into its own directory
     if launch.should_launch(args.nproc, args.max_restarts):
         resolve_layout(recipe.parallel, max(1, args.nproc))  # a bad mesh fails here, not in N workers
+        launch.check_devices(max(1, args.nproc), args.device)
         started = time.time()
         rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
         status = launch.finished_status(out, since=started)

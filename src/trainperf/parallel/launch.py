@@ -26,6 +26,22 @@ def should_launch(nproc: int, max_restarts: int) -> bool:
     return (nproc > 1 or max_restarts > 0) and not under_torchrun()
 
 
+def check_devices(nproc: int, device: str) -> None:
+    """One process per GPU: refuse more processes than visible GPUs before starting any."""
+    if device == "cpu":
+        return
+    import torch
+
+    from trainperf.config import ConfigError
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cuda" and n == 0:
+        raise ConfigError("--device cuda: no CUDA device is visible")
+    if n and nproc > n:
+        raise ConfigError(f"--nproc {nproc}: only {n} CUDA device(s) visible, one process per GPU "
+                          "(--device cpu runs N processes on gloo)")
+
+
 def worker_argv(argv: list[str], out: Path) -> list[str]:
     """The workers' command line: ours without the launch-only options, with an explicit --out (every
     rank and every restart must agree on the run directory)."""
