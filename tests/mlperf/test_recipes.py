@@ -30,6 +30,12 @@ def test_full_recipes_follow_their_closed_rules(name):
     assert hooks.deviations() == [] and hooks.stops_at_target
 
 
+def test_changed_recipe_values_are_listed():
+    devs = benchmark_hooks(load_recipe("llama31_8b", ["model.n_layer=16", "data.corpus=/my/c4"])).deviations()
+    assert devs == ["changed: model.n_layer: 32 -> 16"]  # where the data lives is no departure
+    assert benchmark_hooks(load_recipe("tiny", ["model.n_layer=2"])).deviations() == []  # our own benchmark
+
+
 def test_rules_catch_a_changed_value():
     r = load_recipe("llama31_405b", ["train.global_batch_size=2304"])  # LR, warm-up, decay, skip not rescaled
     bad = {x.key for x in benchmark_hooks(r).rule_checks() if not x.ok}

@@ -46,6 +46,8 @@ class BenchmarkHooks:
 
     # The start checkpoint's steps continue the LR schedule (gpt3) rather than start it at 0.
     continues_schedule = False
+    # An official benchmark's recipe is the reference: any value changed from it is listed.
+    official = False
     # opt_name's value, then the log keys of beta1, beta2, epsilon and weight decay
     optimizer_keys = ("adamw", C.OPT_ADAMW_BETA_1, C.OPT_ADAMW_BETA_2, C.OPT_ADAMW_EPSILON, C.OPT_ADAMW_WEIGHT_DECAY)
 
@@ -74,21 +76,24 @@ class BenchmarkHooks:
     def deviations(self) -> list[str]:
         """Where this run departs from the benchmark's closed rules (listed in the summary)."""
         out = [f"rule: {r.key}: {r.want}" for r in self.rule_checks() if not r.ok]
-        if self.recipe.smoke.enabled:
-            out = smoke_changes(self.recipe) + out
+        smoke = self.recipe.smoke.enabled
+        if smoke or self.official:
+            out = recipe_changes(self.recipe, "smoke" if smoke else "changed") + out
+        if smoke:
             out.append(f"smoke: does not stop at the quality target {self.recipe.eval.target}; stops after "
                        f"{self.recipe.smoke.evals} logged evals with status aborted")
         return out
 
 
-def smoke_changes(r: Recipe) -> list[str]:
-    """`smoke: section.key: recipe value -> run value` for every non-neutral value the run changed."""
+def recipe_changes(r: Recipe, tag: str) -> list[str]:
+    """`<tag>: section.key: recipe value -> run value` for every non-neutral value the run changed
+    from its recipe file (by --smoke or --set)."""
     try:
         base = load_recipe(r.source) if r.source else None
     except ConfigError:
         base = None
     if base is None:
-        return ["smoke: recipe file unavailable; changes not listed"]
+        return [f"{tag}: recipe file unavailable; changes not listed"]
     out = []
     for section in ("benchmark", "model", "data", "train", "eval", "parallel"):
         a, b = getattr(base, section), getattr(r, section)
@@ -96,13 +101,14 @@ def smoke_changes(r: Recipe) -> list[str]:
             key = f"{section}.{f.name}"
             va, vb = getattr(a, f.name), getattr(b, f.name)
             if va != vb and key not in _NEUTRAL:
-                out.append(f"smoke: {key}: {va!r} -> {vb!r}")
+                out.append(f"{tag}: {key}: {va!r} -> {vb!r}")
     return out
 
 
 class _Common(BenchmarkHooks):
     """Rules the three pretraining benchmarks share."""
 
+    official = True
     seq_len = 0
     every = 0
     eval_samples = 0
@@ -210,6 +216,8 @@ class GPT3(_Common):
 
 
 class Llama2_70B_LoRA(BenchmarkHooks):
+    official = True
+
     def log_hyperparameters(self, log: MLPerfLog) -> None:
         m = self.recipe.model
         log.event(C.OPT_LR_TRAINING_STEPS, self.recipe.total_steps)
