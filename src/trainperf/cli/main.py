@@ -133,6 +133,9 @@ def cmd_run(args) -> int:
             tb.close()  # what a failed run logged stays readable
     if env.is_main:
         display.print_summary(summary)
+        if summary.deviations:
+            print(f"{len(summary.deviations)} departures from the recipe or its closed rules, listed in "
+                  f"{out / 'summary.json'} (deviations)")
     if env.elastic:
         return 0  # torchrun restarts workers that exit non-zero; the status is in summary.json
     return 0 if summary.status == "success" else 3
