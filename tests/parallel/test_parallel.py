@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainperf.config import load_recipe
 from trainperf.parallel.env import DistEnv
@@ -27,6 +28,15 @@ from trainperf.train.loop import RunOptions, train
 HERE = Path(__file__).parent
 RTOL = 1e-5
 STEPS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """These models are tiny: on a busy 2-core machine a second intra-op thread only adds contention."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def _base(cache: Path) -> list[str]:

@@ -14,7 +14,8 @@ SMALL = ["--set", "data.synthetic=true", "--set", "data.tokenizer=byte", "--set"
 
 
 def _run(*args, cwd, extra_env=None, timeout=300):
-    env = {**os.environ, "TRAINPERF_CACHE": str(cwd / "cache"), **(extra_env or {})}
+    # one intra-op thread per process: the model is tiny and the test machine has 2 cores
+    env = {**os.environ, "TRAINPERF_CACHE": str(cwd / "cache"), "OMP_NUM_THREADS": "1", **(extra_env or {})}
     return subprocess.run([sys.executable, "-m", "trainperf", "run", *SMALL, *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
 

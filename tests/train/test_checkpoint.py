@@ -15,6 +15,15 @@ from trainperf.train.checkpoint import MARKER, CheckpointError, committed, resol
 from trainperf.train.loop import RunOptions, train
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """These models are tiny: on a busy 2-core machine a second intra-op thread only adds contention."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _losses(out):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
