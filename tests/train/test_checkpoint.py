@@ -95,6 +95,12 @@ def test_crash_during_save_is_never_picked_up(small_recipe, full_run, tmp_path, 
     assert resolve(out).name == "step_00000008"
     with pytest.raises(CheckpointError, match="not a complete checkpoint"):
         ck.verify(broken)
+    # the next save into that folder clears what the crash left (a fresh --out, same checkpoint.dir)
+    shutil.rmtree(broken)
+    s = train(_recipe(small_recipe, f"checkpoint.dir={out / 'checkpoints'}"), DistEnv(),
+              RunOptions(out=tmp_path / "next", max_steps=10, resume=out))
+    assert s.resumed_from_step == 8
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000004", "step_00000008", "step_00000010"]
 
 
 def test_corrupt_checkpoint_refused_before_training(small_recipe, full_run, tmp_path):

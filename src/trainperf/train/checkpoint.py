@@ -280,8 +280,8 @@ class Checkpointer:
             self.dir.mkdir(parents=True, exist_ok=True)
             if final.exists():
                 raise CheckpointError(f"{final}: exists; a checkpoint is never overwritten")
-            if tmp.exists():
-                shutil.rmtree(tmp)  # left by a save that crashed
+            for stale in self.dir.glob(".step_*.tmp"):
+                shutil.rmtree(stale, ignore_errors=True)  # left by saves that crashed; never read
         env.barrier()
         model_sd, optim_sd = get_state_dict(unwrap(model), opt)
         state = {"model": model_sd, "optim": optim_sd,
