@@ -61,6 +61,7 @@ JOBS = {
     "gpt_tp": (["model.family=gpt", "model.bias=true", "parallel.tp=2", "parallel.dp_shard=1"], 3),
     "fsdp_bf16": (["train.precision=bf16"], 3),
     "fsdp_accum": (["train.micro_batch_size=2"], STEPS),  # 2 micro-batches per rank
+    "ddp_accum": (["parallel.dp_replicate=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),  # no_sync
 }
 
 
@@ -81,7 +82,7 @@ def runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum"])
 def test_matches_single_process(runs, name):
     ref_train, ref_eval = rows(runs / "single", "train"), rows(runs / "single", "eval")
     got_train, got_eval = rows(runs / name, "train"), rows(runs / name, "eval")

@@ -289,10 +289,10 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                 for m in range(accum):
                     xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
                     sync = accum == 1 or m == accum - 1
-                    ctx = model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext()
-                    with ctx, autocast_ctx(r, env.device):
-                        loss = model(xs, ys).mean() / accum
-                    with ctx:
+                    # one context around forward and backward (a no_sync() context cannot be entered twice)
+                    with model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext():
+                        with autocast_ctx(r, env.device):
+                            loss = model(xs, ys).mean() / accum
                         loss.backward()
                     loss_acc += loss.detach()
                 if t.grad_clip > 0:
