@@ -24,9 +24,10 @@ def test_dp_shard_takes_the_rest():
     (ParallelConfig(tp=4), 6, "not divisible"),
     (ParallelConfig(dp_shard=3), 2, "does not match the 2 processes"),
     (ParallelConfig(tp=2), 1, "not divisible"),
+    (ParallelConfig(tp=2, compile=True), 2, "compile"),
 ])
 def test_bad_layouts_name_the_section(pcfg, world, msg):
-    with pytest.raises(ConfigError, match=f"parallel: .*{msg}"):
+    with pytest.raises(ConfigError, match=f"parallel[.:].*{msg}"):
         resolve_layout(pcfg, world)
 
 
