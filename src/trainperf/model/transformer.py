@@ -36,10 +36,6 @@ class LoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b) * self.scale
 
-    @torch.no_grad()
-    def merged_weight(self) -> torch.Tensor:
-        return self.base.weight + (self.lora_b @ self.lora_a) * self.scale
-
 
 def precompute_rope(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
     """cos and sin tables, shape (2, seq_len, head_dim), in the rotate-half layout (as HF Llama):
@@ -190,17 +186,22 @@ def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The plain (LoRA-free) state dict: adapters merged into their base weights."""
+def merge_lora(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """A LoRA state dict (live or gathered from shards) as a plain one: W + (alpha/r) * B A."""
+    scale = cfg.lora_alpha / cfg.lora_rank
     out: dict[str, torch.Tensor] = {}
-    lora = {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
-    for k, v in model.state_dict().items():
+    for k, v in sd.items():
         if ".lora_" in k:
             continue
-        prefix = k.rsplit(".base.", 1)[0] if ".base." in k else None
-        if prefix is not None and prefix in lora:
-            leaf = k.rsplit(".base.", 1)[1]
-            out[f"{prefix}.{leaf}"] = lora[prefix].merged_weight() if leaf == "weight" else v
-        else:
-            out[k] = v
+        if ".base." in k:
+            prefix, leaf = k.rsplit(".base.", 1)
+            if leaf == "weight":
+                v = v + (sd[f"{prefix}.lora_b"] @ sd[f"{prefix}.lora_a"]).to(v.dtype) * scale
+            k = f"{prefix}.{leaf}"
+        out[k] = v
     return out
+
+
+def merged_state_dict(model: "Transformer") -> dict[str, torch.Tensor]:
+    """The plain (LoRA-free) state dict of a model with adapters merged into their base weights."""
+    return merge_lora(model.state_dict(), model.cfg)

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from trainperf.config import ModelConfig, Recipe
-from trainperf.model.transformer import merged_state_dict
+from trainperf.model.transformer import merge_lora
 from trainperf.parallel.apply import unwrap
 from trainperf.parallel.env import DistEnv
 
@@ -32,13 +32,11 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save_final(model: torch.nn.Module, r: Recipe, out: Path, env: DistEnv, data) -> None:
-    inner = unwrap(model)
     sd = full_state_dict(model)
     if not env.is_main:
         return
     if r.model.lora_rank > 0:
-        inner_cpu = {k: v for k, v in sd.items()}
-        sd = _merge_lora(inner, inner_cpu)
+        sd = merge_lora(sd, r.model)  # from the gathered tensors: works for sharded models too
     # safetensors refuses shared storage: the tied output head is stored once, as the embedding
     if r.model.tie_embeddings:
         sd.pop("output.weight", None)
@@ -50,10 +48,6 @@ def save_final(model: torch.nn.Module, r: Recipe, out: Path, env: DistEnv, data)
     tok = data.path / "tokenizer.json"
     if tok.exists():
         _atomic_write(out / "tokenizer.json", lambda p: shutil.copyfile(tok, p))
-
-
-def _merge_lora(inner: torch.nn.Module, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.cpu() for k, v in merged_state_dict(inner).items()}
 
 
 def load_model_config(run_dir: Path) -> ModelConfig:
