@@ -121,3 +121,18 @@ def test_package_tree_and_no_overwrite(lora_smoke, tmp_path, capsys):
     before = (out / "systems" / "box1.json").read_text()
     assert main(["package", str(lora_smoke), "--system", "box1", "--out", str(out)]) == 1
     assert (out / "systems" / "box1.json").read_text() == before
+
+
+def test_mllog_can_reopen_the_same_path_in_one_process(tmp_path):
+    # a resumed attempt in the same process writes result_<seed>.txt again after the old one moved
+    from trainperf.mlperf.logger import MLPerfLog
+
+    p = tmp_path / "result_0.txt"
+    first = MLPerfLog(p)
+    first.event("seed", 1)
+    first.close()
+    p.rename(tmp_path / "old.txt")
+    second = MLPerfLog(p)
+    second.event("seed", 2)
+    second.close()
+    assert '"value": 2' in p.read_text() and '"value": 1' not in p.read_text()

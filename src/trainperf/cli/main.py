@@ -184,6 +184,17 @@ def _usage(msg: str) -> CLIError:
     return CLIError(msg)
 
 
+def _loaded_error_classes() -> tuple[type, ...]:
+    """Error classes of the torch-using parts, from modules the command actually imported: a
+    command that never loaded the train loop cannot have raised its error, and `trainperf plan`
+    should not pay seconds of torch import just to name them."""
+    found = []
+    for mod, name in (("trainperf.train.loop", "TrainError"), ("trainperf.train.checkpoint", "CheckpointError")):
+        if mod in sys.modules:
+            found.append(getattr(sys.modules[mod], name))
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -195,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     handler = getattr(args, "handler", None) or handlers[args.cmd]
     from trainperf.config import ConfigError
     from trainperf.data.corpus import DataError
-    from trainperf.train.checkpoint import CheckpointError
-    from trainperf.train.loop import TrainError
 
     try:
         return handler(args)
@@ -205,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (DataError, TrainError, CheckpointError, CLIFailure, NotImplementedError, FileExistsError) as e:
-        if args.debug:
+    except Exception as e:
+        if args.debug or not isinstance(e, (DataError, CLIFailure, NotImplementedError, FileExistsError,
+                                            *_loaded_error_classes())):
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
         return EXIT_FAIL

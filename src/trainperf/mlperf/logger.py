@@ -17,18 +17,24 @@ RULES_DIR = Path(__file__).parent / "rules"
 
 
 class MLPerfLog:
+    _count = 0
+
     def __init__(self, path: Path | None, enabled: bool = True):
         self.enabled = enabled and path is not None
         self._handler: logging.Handler | None = None
         if not self.enabled:
             return
-        logger = logging.getLogger(f"trainperf.mllog.{path}")
+        # a fresh name per log: mllog refuses to be re-pointed at the logger it already uses, and
+        # logging.getLogger would hand back the previous run's logger for the same path
+        MLPerfLog._count += 1
+        logger = logging.getLogger(f"trainperf.mllog.{MLPerfLog._count}")
         logger.propagate = False
         logger.setLevel(logging.INFO)
         for h in list(logger.handlers):
             logger.removeHandler(h)
         self._handler = logging.FileHandler(path, mode="x", encoding="utf-8")  # never append to a result
         logger.addHandler(self._handler)
+        self._logger_name = logger.name
         # stack offset 2: the call site recorded in the log is our caller, not this wrapper.
         mllog.config(logger=logger, default_stack_offset=2, root_dir=str(Path(__file__).parents[2]))
         self._m = mllog.get_mllogger()
@@ -49,6 +55,7 @@ class MLPerfLog:
         if self._handler is not None:
             self._handler.flush()
             self._handler.close()
+            logging.getLogger(self._logger_name).removeHandler(self._handler)
             self._handler = None
 
 
