@@ -77,10 +77,14 @@ def peak_mem_gb(device: torch.device) -> float:
 
 
 def time_impl(impl: str, cfg: ModelConfig, batch: int, precision: str, device: torch.device,
-              steps: int, warmup: int, compile: bool) -> dict:
+              steps: int, warmup: int, compile: bool, fp8: bool = False) -> dict:
     torch.manual_seed(0)
     if impl == "trainperf":
         model = Transformer(cfg).to(device)
+        if fp8:
+            from trainperf.parallel.apply import apply_float8
+
+            apply_float8(model)
         if compile:
             for block in model.layers.values():
                 block.compile()
@@ -121,10 +125,10 @@ def time_impl(impl: str, cfg: ModelConfig, batch: int, precision: str, device: t
     tps = batch * cfg.seq_len / med
     peak = device_peak(device, precision)
     fpt = flops_per_token(cfg)
-    return {"impl": impl + ("+compile" if compile else ""), "precision": precision, "tokens_per_s": tps,
+    return {"impl": impl + ("+compile" if compile else "") + ("+fp8" if fp8 else ""), "precision": precision, "tokens_per_s": tps,
             "step_time_s": med, "mfu": tps * fpt / peak.flops, "peak_flops": peak.flops,
             "peak_source": peak.source, "peak_mem_gb": peak_mem_gb(device), "first_step_s": first_step,
-            "loss": float(loss)}
+            "loss": float(loss.detach())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,12 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="also time trainperf with torch.compile per block")
+    ap.add_argument("--fp8", action="store_true", help="also time trainperf with FP8 linears (torchao; bf16 rows)")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     rows = []
-    header = f"{'config':<12} {'impl':<20} {'prec':<5} {'tok/s':>10} {'step ms':>9} {'MFU':>7} {'mem GB':>7} {'vs base':>8}"
+    header = f"{'config':<12} {'impl':<20} {'prec':<5} {'tok/s':>10} {'step ms':>9} {'MFU':>7} {'mem GB':>7} {'vs base':>8} {'1st step s':>10}"
     print(f"# {platform.processor() or platform.machine()} · torch {torch.__version__} · {device} · "
           f"{torch.get_num_threads()} threads · {time.strftime('%Y-%m-%d %H:%M')}")
     print(header)
@@ -153,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cfg, batch = model_config(name)
         for prec in args.precisions.split(","):
-            impls = [("hf", False)] if not args.no_baseline else []
-            impls += [("trainperf", False)] + ([("trainperf", True)] if args.compile else [])
+            impls = [("hf", False, False)] if not args.no_baseline else []
+            impls += [("trainperf", False, False)] + ([("trainperf", True, False)] if args.compile else [])
+            if args.fp8 and prec == "bf16":
+                impls += [("trainperf", args.compile, True)]
             base = None
-            for impl, comp in impls:
-                r = time_impl(impl, cfg, batch, prec, device, args.steps, args.warmup, comp)
+            for impl, comp, fp8 in impls:
+                r = time_impl(impl, cfg, batch, prec, device, args.steps, args.warmup, comp, fp8)
                 if impl == "hf":
                     base = r["tokens_per_s"]
                 ratio = r["tokens_per_s"] / base if base else float("nan")
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(r)
                 print(f"{name:<12} {r['impl']:<20} {prec:<5} {r['tokens_per_s']:>10,.0f} "
                       f"{1e3 * r['step_time_s']:>9.1f} {100 * r['mfu']:>6.1f}% {r['peak_mem_gb']:>7.2f} "
-                      f"{ratio:>7.2f}x", flush=True)
+                      f"{ratio:>7.2f}x {r['first_step_s']:>10.1f}", flush=True)
     if rows:
         print(f"MFU relative to: {rows[-1]['peak_source']}")
     if args.json:

@@ -95,6 +95,7 @@ class TrainConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0
     precision: str = "bf16"  # "bf16" (autocast) or "fp32"
+    fp8_linear: bool = False  # the blocks' linear layers in FP8 (torchao Float8Linear; Hopper and newer)
     optimizer: str = "adamw"
     fused: str = "auto"  # AdamW implementation: "auto", "fused", "foreach", "for-loop"
     log_every: int = 10
@@ -343,6 +344,10 @@ def validate(r: Recipe) -> None:
     _check(t.eps > 0, "train.eps", "must be > 0")
     _check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables clipping)")
     _check(t.precision in ("bf16", "fp32"), "train.precision", f"must be 'bf16' or 'fp32', got {t.precision!r}")
+    _check(not t.fp8_linear or t.precision == "bf16", "train.fp8_linear",
+           "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
+    _check(not t.fp8_linear or r.parallel.tp == 1, "train.fp8_linear",
+           "is not composed with tensor parallelism yet (parallel.tp must be 1)")
     _check(t.optimizer == "adamw", "train.optimizer", f"only 'adamw' is implemented, got {t.optimizer!r}")
     _check(t.fused in ("auto", "fused", "foreach", "for-loop"), "train.fused",
            "must be auto, fused, foreach or for-loop")

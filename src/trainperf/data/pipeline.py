@@ -97,12 +97,15 @@ class TrainBatches:
         rng = np.random.default_rng([self.seed, step])
         return rng.integers(0, self.tokens.size - self.seq_len - 1, size=self.global_batch)
 
-    def get(self, step: int, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets) for this rank's share of global batch `step`, int64 on the CPU."""
+    def get(self, step: int, rank: int = 0, world: int = 1, pin: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) for this rank's share of global batch `step`, int64 on the CPU; `pin`
+        puts them in page-locked memory so the copy to a GPU can overlap compute (non_blocking)."""
         per = self.global_batch // world
         offs = self.global_offsets(step)[rank * per:(rank + 1) * per]
         idx = offs[:, None] + np.arange(self.seq_len + 1)[None, :]
         window = torch.from_numpy(self.tokens[idx].astype(np.int64))
+        if pin:
+            window = window.pin_memory()
         return window[:, :-1], window[:, 1:]
 
 

@@ -92,10 +92,13 @@ def comm_precision(pcfg: ParallelConfig, env: DistEnv, precision: str) -> str:
     return "fp32"
 
 
-def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision: str = "fp32") -> nn.Module:
-    """Move `model` to the device and apply TP / activation checkpointing / compile / FSDP2 / DDP."""
+def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision: str = "fp32",
+                fp8: bool = False) -> nn.Module:
+    """Move `model` to the device and apply FP8 / TP / activation checkpointing / compile / FSDP2 / DDP."""
     layout = resolve_layout(pcfg, env.world_size)
     model.to(env.device)
+    if fp8:
+        apply_float8(model)
     mesh = None
     if env.distributed:
         from torch.distributed.device_mesh import init_device_mesh
@@ -119,6 +122,22 @@ def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision:
 
         model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
     return model
+
+
+def apply_float8(model: nn.Module) -> None:
+    """Swap the blocks' linear layers for torchao's Float8Linear (dynamic per-tensor scaling). The
+    output head stays in bf16 (its softmax is sensitive to FP8 rounding, as in torchtitan), and so
+    does any layer whose dimensions FP8 GEMMs cannot take (multiples of 16)."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError:
+        raise NotImplementedError("train.fp8_linear needs torchao: pip install torchao") from None
+
+    def wanted(module: nn.Module, fqn: str) -> bool:
+        return (isinstance(module, nn.Linear) and fqn.startswith("layers.")
+                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+    convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=wanted)
 
 
 def _dp_group(layout: Layout, env: DistEnv):

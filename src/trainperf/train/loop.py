@@ -210,7 +210,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
         except CheckpointError as err:
             raise TrainError(f"train.init_checkpoint: {err}") from None
     n_params = sum(p.numel() for p in model.parameters())
-    model = parallelize(model, r.parallel, env, t.precision)
+    model = parallelize(model, r.parallel, env, t.precision, fp8=t.fp8_linear)
     opt = build_optimizer(model, r, env.device)
     resumed = ckpt.load(model, opt)
     batches = TrainBatches(data.train, r.model.seq_len, t.global_batch_size, seed)
@@ -233,7 +233,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     # the schedule's length; a run cut short by --max-steps says so with status aborted
     log.event("max_steps", r.total_steps)
     log.event(C.EVAL_SAMPLES, ev.samples)
-    log.event(C.LOWEST_NUMERICAL_PRECISION_IN_LINEAR, _precision_name(r))
+    log.event(C.LOWEST_NUMERICAL_PRECISION_IN_LINEAR, "fp8" if t.fp8_linear else _precision_name(r))
     log.event(C.LOWEST_NUMERICAL_PRECISION_IN_ATTN, _precision_name(r))
     log.event(C.LOWEST_NUMERICAL_PRECISION_IN_COMM, comm_precision(r.parallel, env, t.precision))
     log.event(C.TENSOR_PARALLELISM, r.parallel.tp)
@@ -283,7 +283,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                 for g in opt.param_groups:
                     g["lr"] = lr
                 t0 = time.perf_counter()
-                x, y = batches.get(step, dp_rank, dp_size)
+                x, y = batches.get(step, dp_rank, dp_size, pin=env.device.type == "cuda")
                 x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
                 t1 = time.perf_counter()
                 for m in range(accum):
