@@ -164,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                 impls += [("trainperf", args.compile, True)]
             base = None
             for impl, comp, fp8 in impls:
-                r = time_impl(impl, cfg, batch, prec, device, args.steps, args.warmup, comp, fp8)
+                try:
+                    r = time_impl(impl, cfg, batch, prec, device, args.steps, args.warmup, comp, fp8)
+                except (NotImplementedError, torch.OutOfMemoryError) as e:
+                    print(f"{name:<12} {impl:<20} {prec:<5} skipped: {str(e).splitlines()[0]}", flush=True)
+                    continue
                 if impl == "hf":
                     base = r["tokens_per_s"]
                 ratio = r["tokens_per_s"] / base if base else float("nan")
