@@ -9,7 +9,7 @@ def small_recipe(tmp_path):
 
     def make(*overrides: str):
         base = [
-            "data.synthetic=true", "data.tokenizer=byte", f"data.cache_dir={tmp_path / 'cache'}",
+            "data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte", f"data.cache_dir={tmp_path / 'cache'}",
             "data.eval_bytes=4096", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
             "model.seq_len=32", "train.global_batch_size=8", "train.micro_batch_size=4",
             "train.warmup_steps=2", "train.decay_steps=20", "train.lr=3e-3", "train.log_every=2",

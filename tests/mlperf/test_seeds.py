@@ -2,7 +2,7 @@ import json
 
 from trainperf.cli.main import main
 
-SMALL = ["data.synthetic=true", "data.tokenizer=byte", "data.eval_bytes=2048", "model.n_layer=1",
+SMALL = ["data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte", "data.eval_bytes=2048", "model.n_layer=1",
          "model.d_model=32", "model.n_head=2", "model.seq_len=32", "train.global_batch_size=8",
          "train.micro_batch_size=8", "train.warmup_steps=2", "train.decay_steps=20", "train.precision=fp32",
          "eval.every_samples=32", "eval.target=4.5", "benchmark.runs_per_result=3"]

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-SMALL = ["--set", "data.synthetic=true", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
+SMALL = ["--set", "data.synthetic=true", "--set", "parallel.compile=false", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
          "--set", "model.n_layer=2", "--set", "model.d_model=64", "--set", "model.seq_len=32",
          "--set", "train.global_batch_size=8", "--set", "train.micro_batch_size=4", "--set", "train.precision=fp32",
          "--set", "train.warmup_steps=2", "--set", "train.decay_steps=20", "--set", "train.log_every=1",

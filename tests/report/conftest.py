@@ -2,7 +2,7 @@ import pytest
 
 from trainperf.cli.main import main
 
-SMALL = ["--set", "data.synthetic=true", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
+SMALL = ["--set", "data.synthetic=true", "--set", "parallel.compile=false", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
          "--set", "model.n_layer=2", "--set", "model.d_model=64", "--set", "model.seq_len=32",
          "--set", "train.global_batch_size=8", "--set", "train.micro_batch_size=8",
          "--set", "train.precision=fp32", "--set", "eval.every_samples=64", "--set", "train.warmup_steps=2",

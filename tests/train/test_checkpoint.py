@@ -37,7 +37,7 @@ def _recipe(small_recipe, *extra):
 def _full(tmp_path_factory):
     """8 uninterrupted steps, checkpoints at 4 and 8 (trained once; tests get a copy)."""
     root = tmp_path_factory.mktemp("full")
-    base = ["data.synthetic=true", "data.tokenizer=byte", f"data.cache_dir={root / 'cache'}",
+    base = ["data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte", f"data.cache_dir={root / 'cache'}",
             "data.eval_bytes=4096", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
             "model.seq_len=32", "train.global_batch_size=8", "train.micro_batch_size=4",
             "train.warmup_steps=2", "train.decay_steps=20", "train.lr=3e-3", "train.log_every=1",

@@ -144,6 +144,23 @@ def evaluate(model: torch.nn.Module, ev: EvalSet, r: Recipe, env: DistEnv, batch
     return loss_sum / ev.target_bytes, loss_sum / ev.target_tokens
 
 
+def warm_up_compiled(model: torch.nn.Module, opt: torch.optim.Optimizer, ev: EvalSet, r: Recipe,
+                     env: DistEnv, micro: int) -> None:
+    """Compile before run_start, on random tokens (MLPerf's init may run the model on synthetic data,
+    not on training or validation data): one training forward/backward and an evaluation with the
+    eval set's shapes. Weights and optimizer state are untouched, and the random tokens come from a
+    private generator, so the run's losses are the same with or without it."""
+    gen = torch.Generator().manual_seed(0)
+    vocab = r.model.vocab_size
+    x = torch.randint(0, vocab, (micro, r.model.seq_len), generator=gen).to(env.device)
+    with autocast_ctx(r, env.device):
+        loss = model(x, x).mean()
+    loss.backward()
+    opt.zero_grad(set_to_none=True)
+    fake = [torch.randint(0, vocab, t.shape, generator=gen) for t in ev.inputs]
+    evaluate(model, EvalSet(fake, fake, ev.target_bytes, ev.target_tokens, ev.samples), r, env, micro)
+
+
 def _precision_name(r: Recipe) -> str:
     return "bfloat16" if r.train.precision == "bf16" else "fp32"
 
@@ -263,6 +280,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     tokens_per_step = t.global_batch_size * r.model.seq_len
     steps_per_eval = max(1, math.ceil(e.every_samples / t.global_batch_size))
     times = {"data": 0.0, "compute": 0.0, "eval": 0.0}
+    if r.parallel.compile:
+        warm_up_compiled(model, opt, ev, r, env, micro)
     env.barrier()
     log.end(C.INIT_STOP)
     log.start(C.RUN_START)
