@@ -78,6 +78,12 @@ class DataConfig:
     eval_bytes: int = 262144  # held-out text evaluated each time (a fixed prefix of the validation split)
     cache_dir: str = ""  # "" -> $TRAINPERF_CACHE or ~/.cache/trainperf
     synthetic: bool = False  # smoke runs: a small random corpus, no files needed
+    # "tokens": a text stream sampled in windows; "samples": fine-tuning rows scored only where their
+    # labels say (LoRA on GovReport: the summary), from `input_ids`/`labels` or `input`/`output` rows
+    kind: str = "tokens"
+    # a separate validation file or folder (the MLPerf benchmarks evaluate on a fixed file); "" ->
+    # hold out documents by a hash of their id
+    val: str = ""
 
 
 @dataclass
@@ -330,6 +336,9 @@ def validate(r: Recipe) -> None:
            f"must be 'byte', 'bpe' or a tokenizer.json path, got {d.tokenizer!r}")
     _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
     _check(d.eval_bytes > 0, "data.eval_bytes", "must be > 0")
+    _check(d.kind in ("tokens", "samples"), "data.kind", f"must be 'tokens' or 'samples', got {d.kind!r}")
+    _check(d.kind == "tokens" or d.tokenizer != "bpe", "data.tokenizer",
+           "fine-tuning samples (data.kind='samples') need 'byte' or a tokenizer.json path")
     _check(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1")
     _check(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
     _check(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")

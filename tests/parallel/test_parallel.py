@@ -62,7 +62,11 @@ JOBS = {
     "fsdp_bf16": (["train.precision=bf16"], 3),
     "fsdp_accum": (["train.micro_batch_size=2"], STEPS),  # 2 micro-batches per rank
     "ddp_accum": (["parallel.dp_replicate=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),  # no_sync
+    # fine-tuning rows scored only on their labels: the loss must stay the global token mean
+    "ddp_samples": (["data.kind=samples", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
+    "fsdp_samples": (["data.kind=samples", "train.micro_batch_size=2"], 3),
 }
+REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single"}
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +81,16 @@ def runs(tmp_path_factory):
                        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     # single-process references, same recipe and global batch (2 micro-batches of 4 instead of 2 ranks x 4)
-    for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3)):
+    for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
+                               ("samples_single", ["data.kind=samples"], 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum", "ddp_samples", "fsdp_samples"])
 def test_matches_single_process(runs, name):
-    ref_train, ref_eval = rows(runs / "single", "train"), rows(runs / "single", "eval")
+    ref = REFERENCE.get(name, "single")
+    ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")
     got_train, got_eval = rows(runs / name, "train"), rows(runs / name, "eval")
     assert sorted(got_train) == list(range(1, JOBS[name][1] + 1))
     for step, loss in got_train.items():

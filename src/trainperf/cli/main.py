@@ -18,7 +18,8 @@ EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
 # parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
 # CLIError) gives the one-line error exits below.
-_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd", "trainperf.cli.score_cmd"]
+_SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd", "trainperf.cli.score_cmd",
+                                   "trainperf.cli.import_cmd"]
 
 
 def _common() -> argparse.ArgumentParser:
@@ -56,11 +57,16 @@ def _add_run(sub) -> None:
 def _add_data(sub) -> None:
     p = sub.add_parser("data", help="prepare token shards from a local corpus", parents=[_common()])
     dsub = p.add_subparsers(dest="data_cmd", required=True)
-    q = dsub.add_parser("prepare", help="tokenize SRC (.txt/.jsonl/.parquet file or folder, or 'stdlib')")
+    q = dsub.add_parser("prepare", help="tokenize SRC (.txt/.jsonl[.gz]/.json.gz/.parquet file or folder, or 'stdlib')")
     q.add_argument("src")
     q.add_argument("--out", type=Path, required=True)
     q.add_argument("--tokenizer", default="bpe", help="byte, bpe, or a tokenizer.json path")
     q.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary when training one")
+    q.add_argument("--val", default="", metavar="VALSRC",
+                   help="validation file or folder (default: hold out documents by a hash of their id)")
+    q.add_argument("--kind", choices=["tokens", "samples"], default="tokens",
+                   help="samples: fine-tuning rows (input_ids/labels or input/output), loss on labels only")
+    q.add_argument("--seq-len", type=int, default=0, help="row length for --kind samples (the model's seq_len)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,11 +151,19 @@ def cmd_data(args) -> int:
     from trainperf.config import DataConfig, validate, Recipe
     from trainperf.data.pipeline import prepare
 
-    cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size)
+    cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size,
+                     kind=args.kind, val=args.val)
     validate(Recipe(data=cfg))
-    data = prepare(cfg, out=args.out)
+    if args.kind == "samples" and args.seq_len < 2:
+        raise _usage("--kind samples needs --seq-len (the model's sequence length)")
+    data = prepare(cfg, out=args.out, row_len=args.seq_len)
     m = data.meta
-    print(f"prepared {args.out}: {m['train']['tokens']:,} train / {m['val']['tokens']:,} val tokens, "
+    if m.get("kind") == "samples":
+        size = (f"{m['train']['rows']:,} train / {m['val']['rows']:,} val samples of {m['row_len']} tokens "
+                f"({m['val']['scored_tokens']:,} scored val tokens)")
+    else:
+        size = f"{m['train']['tokens']:,} train / {m['val']['tokens']:,} val tokens"
+    print(f"prepared {args.out}: {size}, validation from the {m['val_source']}, "
           f"{m['tokenizer']} (vocab {m['vocab_size']}), corpus sha256 {m['fingerprint'][:16]}...")
     return 0
 

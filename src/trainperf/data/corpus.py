@@ -1,8 +1,9 @@
 """Corpora as lists of documents, split into train / validation by a stable hash of each document's id.
 
 The default corpus is the Python standard library's own `.py` sources: every machine with Python has
-them, so results compare across machines and tools. User corpora are local `.txt`, `.jsonl` (a `text`
-field per line) or `.parquet` (a `text` column) files, or folders of them.
+them, so results compare across machines and tools. User corpora are local `.txt`, `.jsonl` / `.jsonl.gz`
+/ `.json.gz` (JSON lines with a `text` field: C4's layout) or `.parquet` (a `text` column) files, or
+folders of them. A separate validation source (`data.val`) replaces the hash split's held-out part.
 """
 
 from __future__ import annotations
@@ -59,13 +60,22 @@ def stdlib_documents() -> list[Document]:
     return docs
 
 
-def _read_file(path: Path, rel: str) -> list[Document]:
+SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
+
+
+def _is(path: Path, *suffixes: str) -> bool:
+    return path.name.endswith(suffixes)
+
+
+def read_rows(path: Path, columns: list[str] | None = None):
+    """(row number, row dict) for every record of a `.jsonl`, `.jsonl.gz` / `.json.gz` (JSON lines,
+    the layout C4's files have) or `.parquet` file; `columns` limits what parquet reads."""
     try:
-        if path.suffix == ".txt":
-            return [Document(rel, path.read_text(encoding="utf-8"))]
-        if path.suffix == ".jsonl":
-            docs = []
-            with path.open(encoding="utf-8") as f:
+        if _is(path, ".jsonl", ".jsonl.gz", ".json.gz"):
+            import gzip
+
+            opener = gzip.open if path.name.endswith(".gz") else open
+            with opener(path, "rt", encoding="utf-8") as f:
                 for i, line in enumerate(f):
                     if not line.strip():
                         continue
@@ -73,37 +83,62 @@ def _read_file(path: Path, rel: str) -> list[Document]:
                         row = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise DataError(f"{path}:{i + 1}: not valid JSON ({e.msg})") from None
-                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                        raise DataError(f"{path}:{i + 1}: expected an object with a string 'text' field")
-                    docs.append(Document(f"{rel}#{i}", row["text"]))
-            return docs
-        if path.suffix == ".parquet":
+                    if not isinstance(row, dict):
+                        raise DataError(f"{path}:{i + 1}: expected a JSON object per line")
+                    yield i, row
+            return
+        if _is(path, ".parquet"):
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path, columns=["text"])
-            return [Document(f"{rel}#{i}", t) for i, t in enumerate(table.column("text").to_pylist()) if t]
+            table = pq.read_table(path, columns=columns)
+            for i, row in enumerate(table.to_pylist()):
+                yield i, row
+            return
     except DataError:
         raise
-    except (OSError, UnicodeDecodeError, KeyError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, KeyError) as e:
         raise DataError(f"{path}: cannot read corpus file ({e})") from None
-    except Exception as e:  # pyarrow raises its own types for a corrupt or text-less file
+    except Exception as e:  # pyarrow raises its own types for a corrupt or column-less file
         raise DataError(f"{path}: cannot read corpus file ({type(e).__name__}: {e})") from None
-    raise DataError(f"{path}: unsupported corpus file type (use .txt, .jsonl or .parquet)")
+    raise DataError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
+
+
+def _read_file(path: Path, rel: str) -> list[Document]:
+    if _is(path, ".txt"):
+        try:
+            return [Document(rel, path.read_text(encoding="utf-8"))]
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"{path}: cannot read corpus file ({e})") from None
+    docs = []
+    for i, row in read_rows(path, columns=["text"]):
+        text = row.get("text")
+        if not isinstance(text, str):
+            if text is None and _is(path, ".parquet"):
+                continue  # parquet nulls: empty rows
+            raise DataError(f"{path}:{i + 1}: expected a string 'text' field")
+        if text:
+            docs.append(Document(f"{rel}#{i}", text))
+    return docs
+
+
+def corpus_files(src: str | Path) -> list[tuple[Path, str]]:
+    """(file, id prefix) for a corpus file or every corpus file under a folder, in sorted order."""
+    src = Path(src)
+    if src.is_file():
+        return [(src, src.name)]
+    if not src.is_dir():
+        raise DataError(f"{src}: corpus path does not exist or is not readable")
+    files = _walk_sorted(src, SUFFIXES)
+    if not files:
+        raise DataError(f"{src}: no {', '.join(SUFFIXES)} files found")
+    return [(f, f.relative_to(src).as_posix()) for f in files]
 
 
 def file_documents(src: str | Path) -> list[Document]:
-    """Documents from a local file or a folder of .txt / .jsonl / .parquet files (sorted order)."""
-    src = Path(src)
-    if src.is_file():
-        return _read_file(src, src.name)
-    if not src.is_dir():
-        raise DataError(f"{src}: corpus path does not exist or is not readable")
-    files = _walk_sorted(src, (".txt", ".jsonl", ".parquet"))
-    if not files:
-        raise DataError(f"{src}: no .txt, .jsonl or .parquet files found")
+    """Documents from a local corpus file or a folder of them (sorted order)."""
     docs: list[Document] = []
-    for f in files:
-        docs.extend(_read_file(f, f.relative_to(src).as_posix()))
+    for f, rel in corpus_files(src):
+        docs.extend(_read_file(f, rel))
     return docs
 
 

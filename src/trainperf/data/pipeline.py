@@ -16,8 +16,10 @@ import numpy as np
 import torch
 
 from trainperf.config import DataConfig
-from trainperf.data.corpus import DataError, Document, file_documents, fingerprint, stdlib_documents
-from trainperf.data.shards import open_dataset, write_dataset
+from trainperf.data.corpus import DataError, Document, file_documents, stdlib_documents
+from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, read_samples, samples_fingerprint,
+                                    synthetic_samples, write_samples, _shift)
+from trainperf.data.shards import dataset_fingerprint, open_dataset, write_dataset
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
 
 
@@ -47,11 +49,11 @@ def _documents(cfg: DataConfig) -> tuple[str, list[Document]]:
     return str(Path(cfg.corpus).resolve()), file_documents(cfg.corpus)
 
 
-def _tokenizer_for(cfg: DataConfig, docs: list[Document]) -> Tokenizer:
+def _tokenizer_for(cfg: DataConfig, train_docs: list[Document]) -> Tokenizer:
     if cfg.tokenizer == "byte":
         return ByteTokenizer()
     if cfg.tokenizer == "bpe":
-        return train_bpe((d.text for d in docs if not d.is_val), cfg.bpe_vocab_size)
+        return train_bpe((d.text for d in train_docs), cfg.bpe_vocab_size)
     return load_tokenizer(cfg.tokenizer)
 
 
@@ -66,23 +68,73 @@ def _tokenizer_key(cfg: DataConfig) -> str:
         raise DataError(f"{cfg.tokenizer}: cannot read tokenizer file ({e.strerror})") from None
 
 
-def prepare(cfg: DataConfig, out: Path | None = None):
-    """The prepared token data for this config: a prepared folder as is, else tokenize into the cache
-    (keyed by corpus fingerprint + tokenizer) unless it is already there."""
+def _check_kind(cfg: DataConfig, data):
+    held = "samples" if isinstance(data, SampleData) else "tokens"
+    if held != cfg.kind:
+        raise DataError(f"{data.path}: holds {held} data, but data.kind is {cfg.kind!r}")
+    return data
+
+
+def prepare(cfg: DataConfig, out: Path | None = None, row_len: int = 0):
+    """The prepared data for this config: a prepared folder as is, else tokenize into the cache
+    (keyed by corpus fingerprint + tokenizer) unless it is already there. `row_len` is the length
+    of a fine-tuning sample row (`data.kind = "samples"`; the model's sequence length)."""
     if not cfg.synthetic and cfg.corpus != "stdlib" and (Path(cfg.corpus) / "meta.json").exists():
-        return open_dataset(cfg.corpus)
+        return _check_kind(cfg, open_dataset(cfg.corpus))
+    if cfg.kind == "samples":
+        return _prepare_samples(cfg, out, row_len)
     name, docs = _documents(cfg)
     if not docs:
         raise DataError(f"{cfg.corpus}: corpus holds no documents")
-    key = f"{fingerprint(docs)[:16]}-{_tokenizer_key(cfg)}"
+    val_docs = file_documents(cfg.val) if cfg.val else None
+    train_docs = docs if val_docs is not None else [d for d in docs if not d.is_val]
+    key = f"{dataset_fingerprint(docs, val_docs)[:16]}-{_tokenizer_key(cfg)}"
     target = out or cache_root(cfg) / key
     if out is None and (target / "meta.json").exists():
         try:
             return open_dataset(target)
         except DataError:
             pass  # a corrupt cache entry is rebuilt, not trusted
-    write_dataset(target, docs, _tokenizer_for(cfg, docs), name)
+    write_dataset(target, docs, _tokenizer_for(cfg, train_docs), name, val_docs)
     return open_dataset(target)
+
+
+def _prepare_samples(cfg: DataConfig, out: Path | None, row_len: int) -> SampleData:
+    if row_len < 2:
+        raise DataError("fine-tuning samples need a row length (the model's seq_len, or --seq-len) of at least 2")
+    if cfg.tokenizer == "bpe":
+        raise DataError("data.tokenizer: fine-tuning samples need 'byte' or a tokenizer.json, not a BPE trained here")
+    tok = _tokenizer_for(cfg, [])
+    if cfg.synthetic:
+        name, samples = "synthetic", synthetic_samples(tok, row_len)
+        val = synthetic_samples(tok, row_len, n=64, seed=4321, prefix="synthetic-val")
+    else:
+        name = str(Path(cfg.corpus).resolve())
+        samples = read_samples(cfg.corpus, tok, row_len)
+        val = read_samples(cfg.val, tok, row_len) if cfg.val else None
+    fp = samples_fingerprint(samples + (val or []))
+    target = out or cache_root(cfg) / f"{fp[:16]}-{_tokenizer_key(cfg)}-samples{row_len}"
+    if out is None and (target / "meta.json").exists():
+        try:
+            return _check_kind(cfg, open_dataset(target))
+        except DataError:
+            pass
+    write_samples(target, samples, tok, name, row_len, val)
+    return open_dataset(target)
+
+
+def train_batches(data, seq_len: int, global_batch: int, seed: int):
+    """The step -> batch source for prepared data of either kind."""
+    if isinstance(data, SampleData):
+        return SampleBatches(data, seq_len, global_batch, seed)
+    return TrainBatches(data.train, seq_len, global_batch, seed)
+
+
+def eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -> "EvalSet":
+    """The fixed validation set for prepared data of either kind."""
+    if isinstance(data, SampleData):
+        return build_sample_eval_set(data, seq_len, eval_samples)
+    return build_eval_set(data, seq_len, eval_bytes, eval_samples)
 
 
 class TrainBatches:
@@ -92,6 +144,10 @@ class TrainBatches:
         if tokens.size < seq_len + 2:
             raise DataError(f"training split has {tokens.size} tokens, fewer than one sequence of {seq_len}")
         self.tokens, self.seq_len, self.global_batch, self.seed = tokens, seq_len, global_batch, seed
+
+    def scored_tokens(self, step: int) -> None:
+        """None: every target of a window is scored, so the loss is a plain mean."""
+        return None
 
     def global_offsets(self, step: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, step])
@@ -148,3 +204,17 @@ def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -
         targets.append(toks[n_full * seq_len + 1:].view(1, rest))
     all_t = torch.cat([t.flatten() for t in targets])
     return EvalSet(inputs, targets, int(nb[all_t].sum()), all_t.numel(), n_full + (1 if rest > 0 and not eval_samples else 0))
+
+
+def build_sample_eval_set(data: SampleData, seq_len: int, eval_samples: int = 0) -> EvalSet:
+    """The first `eval_samples` validation rows (all with 0), scored where their labels say."""
+    n = data.val_ids.shape[0]
+    if eval_samples > n:
+        raise DataError(f"{data.path}: {n} validation samples, fewer than eval.eval_samples={eval_samples}")
+    n = eval_samples or n
+    x, y = _shift(data.val_ids[:n], data.val_labels[:n], seq_len)
+    scored = y[y != IGNORE]
+    if scored.numel() == 0:
+        raise DataError(f"{data.path}: the validation samples have no scored tokens")
+    nb = torch.from_numpy(data.tokenizer.token_bytes())
+    return EvalSet([x], [y], int(nb[scored].sum()), scored.numel(), n)

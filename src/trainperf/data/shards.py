@@ -46,15 +46,32 @@ def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype) -> tuple[np.n
     return flat, index
 
 
-def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str) -> Path:
-    """Tokenize `docs` (split by id hash) into `out`, atomically. Returns `out`."""
-    train, val = split(docs)
+def dataset_fingerprint(docs: list[Document], val_docs: list[Document] | None = None) -> str:
+    """The corpus fingerprint; with a separate validation source, over both (train first)."""
+    if val_docs is None:
+        return fingerprint(docs)
+    return hashlib.sha256(f"{fingerprint(docs)}+val:{fingerprint(val_docs)}".encode()).hexdigest()
+
+
+def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str,
+                  val_docs: list[Document] | None = None) -> Path:
+    """Tokenize `docs` into `out`, atomically, split by id hash, or with `val_docs` as the validation
+    split (all of `docs` then train; the MLPerf benchmarks evaluate on a fixed validation file).
+    Returns `out`."""
+    if val_docs is None:
+        train, val = split(docs)
+    elif not docs or not val_docs:
+        raise DataError(f"empty {'training' if not docs else 'validation'} corpus")
+    else:
+        train, val = docs, val_docs
     dtype = _dtype_for(tok.vocab_size)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        meta: dict = {"format": FORMAT, "corpus": corpus_name, "fingerprint": fingerprint(docs),
+        meta: dict = {"format": FORMAT, "kind": "tokens", "corpus": corpus_name,
+                      "fingerprint": dataset_fingerprint(docs, val_docs),
+                      "val_source": "hash split" if val_docs is None else "file",
                       "tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": dtype.name,
                       "documents": {"train": len(train), "val": len(val)}}
         for name, part in (("train", train), ("val", val)):
@@ -107,6 +124,10 @@ def open_dataset(path: str | Path, verify: bool = True) -> TokenData:
         raise DataError(f"{meta_path}: unreadable or corrupt ({e})") from None
     if meta.get("format") != FORMAT:
         raise DataError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT}")
+    if meta.get("kind", "tokens") != "tokens":
+        from trainperf.data.samples import open_samples
+
+        return open_samples(path, meta, verify)
     dtype = np.dtype(meta["dtype"])
     arrays = {}
     for name in ("train", "val"):

@@ -22,7 +22,7 @@ import torch
 
 import trainperf
 from trainperf.config import Recipe
-from trainperf.data.pipeline import EvalSet, TrainBatches, build_eval_set, prepare
+from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
 from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
@@ -199,10 +199,10 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     log.event(C.SUBMISSION_BENCHMARK, r.benchmark.name)
 
     # ---- data (untimed: MLPerf allows preparing data outside the timed region)
-    data = prepare(r.data) if env.is_main else None
+    data = prepare(r.data, row_len=r.model.seq_len) if env.is_main else None
     env.barrier()
     if data is None:
-        data = prepare(r.data)  # the cache is now complete; other ranks just open it
+        data = prepare(r.data, row_len=r.model.seq_len)  # the cache is now complete; other ranks just open it
     if r.model.vocab_size == 0:
         r.model.vocab_size = data.vocab_size
     elif r.model.vocab_size < data.vocab_size:
@@ -230,8 +230,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     model = parallelize(model, r.parallel, env, t.precision, fp8=t.fp8_linear)
     opt = build_optimizer(model, r, env.device)
     resumed = ckpt.load(model, opt)
-    batches = TrainBatches(data.train, r.model.seq_len, t.global_batch_size, seed)
-    ev = build_eval_set(data, r.model.seq_len, r.data.eval_bytes, e.eval_samples)
+    batches = train_batches(data, r.model.seq_len, t.global_batch_size, seed)
+    ev = eval_set(data, r.model.seq_len, r.data.eval_bytes, e.eval_samples)
     fpt = flops_per_token(unwrap(model).cfg)
     peak = device_peak(env.device, t.precision)
 
@@ -304,6 +304,10 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                 t0 = time.perf_counter()
                 x, y = batches.get(step, dp_rank, dp_size, pin=env.device.type == "cuda")
                 x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+                # fine-tuning samples score only some targets: each rank's loss is its sum over the
+                # global batch's scored count (times dp, which gradient averaging divides out), so
+                # the step's gradient is the token mean over the global batch for any layout
+                n_scored = batches.scored_tokens(step)
                 t1 = time.perf_counter()
                 for m in range(accum):
                     xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
@@ -311,7 +315,11 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                     # one context around forward and backward (a no_sync() context cannot be entered twice)
                     with model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext():
                         with autocast_ctx(r, env.device):
-                            loss = model(xs, ys).mean() / accum
+                            losses = model(xs, ys)
+                            if n_scored is None:
+                                loss = losses.mean() / accum
+                            else:
+                                loss = losses.sum() * (dp_size / max(1, n_scored))
                         loss.backward()
                     loss_acc += loss.detach()
                 if t.grad_clip > 0:
