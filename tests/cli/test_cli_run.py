@@ -61,3 +61,22 @@ def test_data_prepare_then_train_on_it(tmp_path):
              "--out", str(tmp_path / "r"), "--no-progress", cwd=tmp_path, env_cache=tmp_path / "cache")
     assert p.returncode == 3, p.stderr  # aborted: the step budget ended before the target
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["status"] == "aborted"
+
+
+def test_data_prepare_samples_with_a_validation_file_then_train(tmp_path):
+    rows = [json.dumps({"input": f"document {i} " * 4, "output": f"summary {i}"}) for i in range(40)]
+    (tmp_path / "train.jsonl").write_text("\n".join(rows[:32]) + "\n")
+    (tmp_path / "val.jsonl").write_text("\n".join(rows[32:]) + "\n")
+    args = ["data", "prepare", str(tmp_path / "train.jsonl"), "--val", str(tmp_path / "val.jsonl"),
+            "--kind", "samples", "--tokenizer", "byte", "--out", str(tmp_path / "ds")]
+    p = _run(*args, cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 2 and "--seq-len" in p.stderr  # a row length is needed
+    p = _run(*args, "--seq-len", "32", cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 0, p.stderr
+    assert "32 train / 8 val samples of 32 tokens" in p.stdout and "validation from the file" in p.stdout
+    run = ["run", *SMALL[2:], "--set", f"data.corpus={tmp_path / 'ds'}", "--max-steps", "2", "--no-progress"]
+    p = _run(*run, "--out", str(tmp_path / "r0"), cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 1 and "holds samples data, but data.kind is 'tokens'" in p.stderr
+    p = _run(*run, "--set", "data.kind=samples", "--out", str(tmp_path / "r"), cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 3, p.stderr
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == 2
