@@ -3,11 +3,13 @@
 A start checkpoint holds trainperf's parameter names without adapters (what `model.safetensors` of a
 run holds: LoRA merged, a tied output head stored once as the embedding). Loading it into a LoRA
 model fills the frozen base weights (`wq.weight` -> `wq.base.weight`) and leaves the adapters as
-initialised. Adapters are saved and loaded as their own small file.
+initialised. A Hugging Face Llama / GPT-2 folder works too: `trainperf.model.hf` converts it while
+it loads. Adapters are saved and loaded as their own small file.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -33,11 +35,24 @@ def _read(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
 
 
+def _copy(path: Path, src_name: str, src: torch.Tensor, dest: torch.Tensor) -> None:
+    if tuple(src.shape) != tuple(dest.shape):
+        raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
+    dest.copy_(src.to(dest.dtype))
+
+
 @torch.no_grad()
 def load_base_weights(model: nn.Module, path: str | Path) -> int:
     """Copy a start checkpoint into `model` (before it is wrapped for parallelism). Every non-adapter
-    parameter must be in the file with the right shape; returns the number of tensors loaded."""
+    parameter must be in the file with the right shape; returns the number of tensors loaded.
+
+    `path` is a trainperf-named .safetensors file, a run dir holding model.safetensors, or a Hugging
+    Face LlamaForCausalLM / GPT2LMHeadModel folder, converted tensor by tensor as it loads."""
     path = Path(path)
+    from trainperf.model import hf
+
+    if path.is_dir() and hf.is_hf_dir(path):
+        return _load_hf(model, path)
     sd = _read(path)
     own = model.state_dict()
     tied = getattr(getattr(model, "cfg", None), "tie_embeddings", False)
@@ -50,12 +65,39 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
             if tied and name == "output.weight":
                 continue  # the tied head is the embedding, loaded as tok_emb.weight
             raise CheckpointError(f"{path}: no tensor '{src_name}' (the checkpoint does not match model.*)")
-        src = sd[src_name]
-        if tuple(src.shape) != tuple(dest.shape):
-            raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
-        dest.copy_(src.to(dest.dtype))
+        _copy(path, src_name, sd[src_name], dest)
         loaded += 1
     return loaded
+
+
+def _load_hf(model: nn.Module, path: Path) -> int:
+    """An HF checkpoint folder into `model`, one tensor at a time (a 70B model is never held twice)."""
+    from trainperf.model import hf
+
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:
+        raise CheckpointError(f"{path}: a Hugging Face checkpoint loads only into a trainperf Transformer")
+    hf_cfg, notes = hf.read_hf_config(path)
+    hf.check_matches(hf_cfg, cfg, path)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    own = model.state_dict()
+    tensors = hf.HFTensors(path, hf_cfg.family)
+    loaded: set[str] = set()
+    for key, hf_key, src in hf.iter_converted(tensors, cfg, hf_cfg):
+        name = key
+        if name not in own:  # a LoRA model holds its frozen base weights under `.base.`
+            name = key.removesuffix(".weight").removesuffix(".bias")
+            name = f"{name}.base.{key.rsplit('.', 1)[1]}"
+        if name not in own:
+            raise CheckpointError(f"{tensors.file_of(hf_key)}: '{hf_key}' has no place in the model ({key})")
+        _copy(tensors.file_of(hf_key), hf_key, src, own[name])
+        loaded.add(name)
+    tied = {"output.weight"} if cfg.tie_embeddings else set()
+    missing = sorted(n for n in own if ".lora_" not in n and n not in loaded and n not in tied)
+    if missing:  # the rules cover every parameter; this catches a model layout they do not know
+        raise CheckpointError(f"{path}: the conversion fills no '{missing[0]}'")
+    return len(loaded)
 
 
 def save_adapters(model: nn.Module, path: Path) -> Path:

@@ -1,7 +1,8 @@
 """`trainperf export RUNDIR --format hf`: a Hugging Face checkpoint that `transformers` loads without
 custom code — `LlamaForCausalLM` for the llama family, `GPT2LMHeadModel` for the gpt family.
 
-Weights are renamed and, where the layouts differ, rearranged so the logits are the same function:
+Weights are renamed and, where the layouts differ, rearranged so the logits are the same function
+(the name table and its layout notes: trainperf.model.hf, which `trainperf import-hf` reads back):
 - llama: a renaming. trainperf's RoPE uses HF Llama's rotate-half layout (dimension i paired with
   i + head_dim/2), so wq and wk rows keep their order.
 - gpt: HF GPT-2 stores its projections as Conv1D (in, out) matrices with q, k and v fused, always with
@@ -20,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trainperf.config import ModelConfig
+from trainperf.model import hf
 from trainperf.model.transformer import Transformer
 from trainperf.report.rundir import RunDirError
 from trainperf.train.save import load_model_config
@@ -60,92 +62,15 @@ def load_model(run_dir: Path, device: str | torch.device = "cpu") -> Transformer
     return model.to(device).eval()
 
 
-def _llama(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
-    hd = cfg.head_dim
-    out = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["norm.weight"]}
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = sd["output.weight"]
-    names = {"attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj", "attn.wv": "self_attn.v_proj",
-             "attn.wo": "self_attn.o_proj", "mlp.w1": "mlp.gate_proj", "mlp.w3": "mlp.up_proj",
-             "mlp.w2": "mlp.down_proj"}
-    for i in range(cfg.n_layer):
-        src, dst = f"layers.{i}.", f"model.layers.{i}."
-        out[dst + "input_layernorm.weight"] = sd[src + "attn_norm.weight"]
-        out[dst + "post_attention_layernorm.weight"] = sd[src + "mlp_norm.weight"]
-        for ours, theirs in names.items():
-            for leaf in ("weight", "bias"):
-                t = sd.get(f"{src}{ours}.{leaf}")
-                if t is not None:
-                    out[f"{dst}{theirs}.{leaf}"] = t
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
-        "num_key_value_heads": cfg.kv_heads, "head_dim": hd, "hidden_act": "silu",
-        "max_position_embeddings": cfg.seq_len, "rms_norm_eps": cfg.norm_eps,
-        # both spellings: transformers 5 reads rope_parameters, 4.x reads rope_theta
-        "rope_theta": cfg.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "attention_bias": cfg.bias, "mlp_bias": cfg.bias, "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-    }
-    return config, out
-
-
-def _gpt2(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
-    d, hd = cfg.d_model, cfg.head_dim
-    if cfg.n_head * hd != d:
-        raise ExportError(f"model.n_head={cfg.n_head} does not divide model.d_model={d}; GPT-2 needs it to")
-
-    def bias(key: str, n: int) -> torch.Tensor:
-        return sd.get(key, torch.zeros(n, dtype=sd["tok_emb.weight"].dtype))
-
-    def kv(t: torch.Tensor) -> torch.Tensor:
-        # GPT-2 has no grouped-query attention: give every query head its own copy of its k/v head
-        group = cfg.n_head // cfg.kv_heads
-        if group == 1:
-            return t
-        return t.reshape(cfg.kv_heads, hd, *t.shape[1:]).repeat_interleave(group, dim=0).reshape(-1, *t.shape[1:])
-
-    out = {"transformer.wte.weight": sd["tok_emb.weight"], "transformer.wpe.weight": sd["pos_emb.weight"],
-           "transformer.ln_f.weight": sd["norm.weight"], "transformer.ln_f.bias": bias("norm.bias", d)}
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = sd["output.weight"]
-    for i in range(cfg.n_layer):
-        s, h = f"layers.{i}.", f"transformer.h.{i}."
-        out[h + "ln_1.weight"] = sd[s + "attn_norm.weight"]
-        out[h + "ln_1.bias"] = bias(s + "attn_norm.bias", d)
-        out[h + "ln_2.weight"] = sd[s + "mlp_norm.weight"]
-        out[h + "ln_2.bias"] = bias(s + "mlp_norm.bias", d)
-        q, k, v = sd[s + "attn.wq.weight"], kv(sd[s + "attn.wk.weight"]), kv(sd[s + "attn.wv.weight"])
-        out[h + "attn.c_attn.weight"] = torch.cat([q, k, v], 0).t().contiguous()
-        kv_n = cfg.kv_heads * hd
-        out[h + "attn.c_attn.bias"] = torch.cat([bias(s + "attn.wq.bias", d), kv(bias(s + "attn.wk.bias", kv_n)),
-                                                 kv(bias(s + "attn.wv.bias", kv_n))])
-        out[h + "attn.c_proj.weight"] = sd[s + "attn.wo.weight"].t().contiguous()
-        out[h + "attn.c_proj.bias"] = bias(s + "attn.wo.bias", d)
-        out[h + "mlp.c_fc.weight"] = sd[s + "mlp.w1.weight"].t().contiguous()
-        out[h + "mlp.c_fc.bias"] = bias(s + "mlp.w1.bias", cfg.ff_dim)
-        out[h + "mlp.c_proj.weight"] = sd[s + "mlp.w2.weight"].t().contiguous()
-        out[h + "mlp.c_proj.bias"] = bias(s + "mlp.w2.bias", d)
-    config = {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-        "vocab_size": cfg.vocab_size, "n_positions": cfg.seq_len, "n_embd": d, "n_layer": cfg.n_layer,
-        "n_head": cfg.n_head, "n_inner": cfg.ff_dim, "activation_function": "gelu_new",  # tanh GELU
-        "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "scale_attn_weights": True, "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-    }
-    return config, out
-
-
 def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(HF config.json dict, HF state dict) for a trainperf model config and its weights."""
-    if cfg.family == "llama":
-        return _llama(cfg, sd)
-    if cfg.family == "gpt":
-        return _gpt2(cfg, sd)
-    raise ExportError(f"model.family={cfg.family!r}: transformers has no class this export maps to "
-                      f"(llama -> LlamaForCausalLM, gpt -> GPT2LMHeadModel)")
+    """(HF config.json dict, HF state dict) for a trainperf model config and its weights; the name
+    table and the layout changes live in trainperf.model.hf (shared with `trainperf import-hf`)."""
+    if cfg.family not in ("llama", "gpt"):
+        raise ExportError(f"model.family={cfg.family!r}: transformers has no class this export maps to "
+                          f"(llama -> LlamaForCausalLM, gpt -> GPT2LMHeadModel)")
+    if cfg.family == "gpt" and cfg.n_head * cfg.head_dim != cfg.d_model:
+        raise ExportError(f"model.n_head={cfg.n_head} does not divide model.d_model={cfg.d_model}; GPT-2 needs it to")
+    return hf.hf_config(cfg), hf.to_hf(cfg, sd)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
