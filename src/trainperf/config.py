@@ -84,6 +84,8 @@ class DataConfig:
     # a separate validation file or folder (the MLPerf benchmarks evaluate on a fixed file); "" ->
     # hold out documents by a hash of their id
     val: str = ""
+    # a token put after every document (e.g. "<|end_of_text|>"), as the MLPerf references' data has
+    eod: str = ""
 
 
 @dataclass

@@ -139,3 +139,20 @@ def test_token_corpus_with_a_separate_validation_file(tmp_path):
     _jsonl(tmp_path / "val2.jsonl", [{"text": "other\n"}])
     cfg.val = str(tmp_path / "val2.jsonl")
     assert prepare(cfg).fingerprint != data.fingerprint
+
+
+def test_end_of_document_token_after_every_document(tmp_path):
+    from trainperf.data.tokenizer import train_bpe
+
+    docs = [Document(f"d{i}", f"text number {i}\n") for i in range(300)]
+    tok = train_bpe([d.text for d in docs], 300)
+    with pytest.raises(DataError, match="data.eod: '<eod>' is not a token"):
+        write_dataset(tmp_path / "x", docs, tok, "t", eod="<eod>")
+    from tokenizers import AddedToken
+
+    tok.tok.add_special_tokens([AddedToken("<eod>", special=True)])
+    eod = tok.token_id("<eod>")
+    data = open_dataset(write_dataset(tmp_path / "ds", docs, tok, "t", eod="<eod>"))
+    assert int((np.asarray(data.train) == eod).sum()) == data.meta["documents"]["train"]
+    assert int(data.val[-1]) == eod and data.meta["eod"] == "<eod>"
+    assert tok.token_bytes()[eod] == 0  # covers no text: nats per byte unchanged

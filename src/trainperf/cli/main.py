@@ -66,6 +66,8 @@ def _add_data(sub) -> None:
                    help="validation file or folder (default: hold out documents by a hash of their id)")
     q.add_argument("--kind", choices=["tokens", "samples"], default="tokens",
                    help="samples: fine-tuning rows (input_ids/labels or input/output), loss on labels only")
+    q.add_argument("--eod", default="", metavar="TOKEN",
+                   help="a tokenizer token put after every document (as Megatron's --append-eod)")
     q.add_argument("--seq-len", type=int, default=0, help="row length for --kind samples (the model's seq_len)")
 
 
@@ -152,7 +154,7 @@ def cmd_data(args) -> int:
     from trainperf.data.pipeline import prepare
 
     cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size,
-                     kind=args.kind, val=args.val)
+                     kind=args.kind, val=args.val, eod=args.eod)
     validate(Recipe(data=cfg))
     if args.kind == "samples" and args.seq_len < 2:
         raise _usage("--kind samples needs --seq-len (the model's sequence length)")

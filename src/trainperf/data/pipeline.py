@@ -89,13 +89,17 @@ def prepare(cfg: DataConfig, out: Path | None = None, row_len: int = 0):
     val_docs = file_documents(cfg.val) if cfg.val else None
     train_docs = docs if val_docs is not None else [d for d in docs if not d.is_val]
     key = f"{dataset_fingerprint(docs, val_docs)[:16]}-{_tokenizer_key(cfg)}"
+    if cfg.eod:
+        import hashlib
+
+        key += "-eod" + hashlib.sha256(cfg.eod.encode()).hexdigest()[:8]
     target = out or cache_root(cfg) / key
     if out is None and (target / "meta.json").exists():
         try:
             return open_dataset(target)
         except DataError:
             pass  # a corrupt cache entry is rebuilt, not trusted
-    write_dataset(target, docs, _tokenizer_for(cfg, train_docs), name, val_docs)
+    write_dataset(target, docs, _tokenizer_for(cfg, train_docs), name, val_docs, cfg.eod)
     return open_dataset(target)
 
 

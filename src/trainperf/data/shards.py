@@ -39,8 +39,11 @@ def _dtype_for(vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab <= 2**16 else np.dtype(np.uint32)
 
 
-def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype,
+            eod_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     ids = tok.encode_batch([d.text for d in docs])
+    if eod_id is not None:
+        ids = [x + [eod_id] for x in ids]
     index = np.array([[len(x), len(d.text.encode("utf-8"))] for x, d in zip(ids, docs)], dtype=np.int64)
     flat = np.fromiter((i for x in ids for i in x), dtype=dtype, count=int(index[:, 0].sum()))
     return flat, index
@@ -54,10 +57,11 @@ def dataset_fingerprint(docs: list[Document], val_docs: list[Document] | None = 
 
 
 def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str,
-                  val_docs: list[Document] | None = None) -> Path:
+                  val_docs: list[Document] | None = None, eod: str = "") -> Path:
     """Tokenize `docs` into `out`, atomically, split by id hash, or with `val_docs` as the validation
     split (all of `docs` then train; the MLPerf benchmarks evaluate on a fixed validation file).
-    Returns `out`."""
+    `eod` names a token put after every document, as Megatron's `--append-eod` (the MLPerf
+    references' C4 data) does. Returns `out`."""
     if val_docs is None:
         train, val = split(docs)
     elif not docs or not val_docs:
@@ -65,17 +69,20 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
     else:
         train, val = docs, val_docs
     dtype = _dtype_for(tok.vocab_size)
+    eod_id = tok.token_id(eod) if eod else None
+    if eod and eod_id is None:
+        raise DataError(f"data.eod: {eod!r} is not a token of the tokenizer ({tok.name})")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         meta: dict = {"format": FORMAT, "kind": "tokens", "corpus": corpus_name,
                       "fingerprint": dataset_fingerprint(docs, val_docs),
-                      "val_source": "hash split" if val_docs is None else "file",
+                      "val_source": "hash split" if val_docs is None else "file", "eod": eod,
                       "tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": dtype.name,
                       "documents": {"train": len(train), "val": len(val)}}
         for name, part in (("train", train), ("val", val)):
-            flat, index = _encode(tok, part, dtype)
+            flat, index = _encode(tok, part, dtype, eod_id)
             flat.tofile(tmp / f"{name}.bin")
             meta[name] = {"tokens": int(flat.size), "bytes": int(index[:, 1].sum()),
                           "sha256": _sha256_file(tmp / f"{name}.bin")}

@@ -23,6 +23,10 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: Iterable[int]) -> str: ...
 
+    def token_id(self, token: str) -> int | None:
+        """The id of a vocabulary entry spelled `token` (e.g. an end-of-text token), or None."""
+        ...
+
     def token_bytes(self) -> np.ndarray:
         """Bytes of text per token id (int64, length vocab_size); 0 for special tokens."""
         ...
@@ -45,6 +49,9 @@ class ByteTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def token_id(self, token: str) -> int | None:
+        return None  # 256 byte values, no special tokens
 
     def token_bytes(self) -> np.ndarray:
         return np.ones(256, dtype=np.int64)
@@ -73,6 +80,9 @@ class HFTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
 
     def token_bytes(self) -> np.ndarray:
         if self._bytes is None:
