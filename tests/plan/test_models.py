@@ -104,3 +104,34 @@ def test_collectives_follow_alpha_beta():
     assert h < comm.all_reduce(n, 128, nic)  # the point of going hierarchical
     assert math.isclose(comm.hier_reduce_scatter(n, 8, 16, link, nic),
                         comm.reduce_scatter(n, 8, link) + comm.reduce_scatter(n / 8, 16, nic))
+
+
+def test_eval_time_is_forwards_plus_a_fixed_cost():
+    from trainperf.plan.perf import eval_time
+
+    # 173 LoRA eval sequences over 64 data-parallel ranks: ceil(173/64) = 3 forwards of 0.2 s + 0.8 s
+    assert eval_time(173, 64, 1, 1, 0.2, 0.8) == pytest.approx(1.4)
+    # pipelined: ceil(173/16) = 11 micro-batches + 3 fill stage-times
+    assert eval_time(173, 16, 1, 4, 0.2, 0.8) == pytest.approx(14 * 0.2 + 0.8)
+    assert eval_time(173, 64, 1, 1, 0.2, 0.0) == pytest.approx(0.6)
+
+
+def test_lora_evaluation_costs_follow_the_rounds_software():
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import cluster, get_gpu
+    from trainperf.plan.perf import Layout, Model
+    from trainperf.plan.workload import load_benchmark
+
+    costs = {r: (b.eval_overhead_s, b.first_eval_s)
+             for r in ("4.0", "4.1", "5.0") for b in [load_benchmark("llama2_70b_lora", r)]}
+    assert costs == {"4.0": (0.7, 18.5), "4.1": (0.8, 8.5), "5.0": (0.0, 0.0)}
+    g = load_benchmark("gpt3_175b", "3.1")
+    assert (g.eval_overhead_s, g.first_eval_s) == (0.0, 0.0)
+    # same cluster and layout: v4.1 pays 0.8 s more per evaluation and 8.5 s more once per run
+    cal = load_calibration()
+    lay = Layout(tp=4, cp=2, dp=64, mbs=1, gbs=64, precision="fp8")
+    e41, e50 = (Model(load_benchmark("llama2_70b_lora", r), cluster(get_gpu("h200"), 512), cal, r).estimate(lay)
+                for r in ("4.1", "5.0"))
+    assert e41.step_time_s == pytest.approx(e50.step_time_s)
+    assert e41.eval_s / e41.evals - e50.eval_s / e50.evals == pytest.approx(0.8)
+    assert e41.overhead_s == pytest.approx(cal.run_overhead_s + 8.5) and e50.overhead_s == pytest.approx(cal.run_overhead_s)

@@ -27,6 +27,9 @@ class Benchmark:
     skip_a: float  # evaluations skipped at the start: floor(skip_a * GBS + skip_b)
     skip_b: int
     model_source: str  # where the shape came from
+    # measured in the round's result logs, 0 where not measured (benchmarks.toml says where from):
+    eval_overhead_s: float = 0.0  # fixed seconds per evaluation beyond its forward passes
+    first_eval_s: float = 0.0  # one-time seconds on the clock around the first evaluation
 
     @property
     def seq_len(self) -> int:
@@ -82,4 +85,6 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
     eval_samples = r["eval_tokens"] / model.seq_len if "eval_tokens" in r else r["eval_samples"]
     return Benchmark(name=key, mlperf=r["mlperf"], model=model, default_gbs=gbs or default_gbs,
                      lora=bool(r["lora"]), rcp_unit=r["rcp_unit"], eval_every_samples=r["eval_every_samples"],
-                     eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src)
+                     eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src,
+                     eval_overhead_s=float(r.get("eval_overhead_s", 0.0)),
+                     first_eval_s=float(r.get("first_eval_s", 0.0)))
