@@ -164,8 +164,8 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     _, path = _llama(tmp_path)
     recipe = ModelConfig(family="llama", n_layer=2, d_model=32, n_head=4, n_kv_head=2, d_ff=48, vocab_size=VOCAB,
                          seq_len=SEQ, rope_theta=500000.0, tie_embeddings=False)
-    with pytest.raises(CheckpointError, match=r"config.json: the checkpoint has model.n_layer=2, the recipe 3"):
-        load_base_weights(Transformer(dataclasses.replace(recipe, n_layer=3)), path)
+    with pytest.raises(CheckpointError, match=r"config.json: the checkpoint has model.n_layer=2, the recipe 3$"):
+        load_base_weights(Transformer(dataclasses.replace(recipe, n_layer=3)), path)  # $: one line
     with pytest.raises(CheckpointError, match=r"model.n_kv_head=2, the recipe 4"):
         read_hf_checkpoint(path, like=dataclasses.replace(recipe, n_kv_head=4))
     with pytest.raises(CheckpointError, match=r"model.rope_theta=500000.0, the recipe 10000.0"):
@@ -186,6 +186,9 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     with pytest.raises(CheckpointError, match=r"model.safetensors: 'lm_head.weight' has shape \(96, 16\)"):
         load_base_weights(Transformer(recipe), path)
 
+    with pytest.raises(CheckpointError, match=r"Hugging Face tensor names, no 'tok_emb.weight'; point at the folder"):
+        load_base_weights(Transformer(recipe), path / "model.safetensors")  # the file, not its folder
+
     raw = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**raw, "model_type": "mistral"}))
     with pytest.raises(CheckpointError, match=r"config.json: model_type='mistral'"):
@@ -196,8 +199,6 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     (path / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"no model.safetensors or model.safetensors.index.json"):
         HFTensors(path, "llama")
-    for err in ("n_layer=2, the recipe 3", "no tensor", "mistral"):
-        assert "\n" not in err
 
 
 def test_bare_gpt2_names_and_llama3_rope_scaling(tmp_path):
@@ -254,3 +255,10 @@ def test_cli_import_hf_writes_the_file_and_the_model_section(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.n_layer=2, the recipe 96" in err
     assert not (tmp_path / "x.safetensors").exists()
+    # the same recipe shrunk to the checkpoint's shapes: converted into its layout, section printed
+    shrink = ["model.n_layer=2", "model.d_model=32", "model.n_head=4", "model.n_kv_head=4", "model.d_ff=128",
+              "model.vocab_size=96", "model.seq_len=16"]
+    args = ["import-hf", str(path), "--out", str(tmp_path / "x.safetensors"), "--recipe", "gpt3_175b"]
+    assert main([*args, *(a for s in shrink for a in ("--set", s))]) == 0
+    assert "matches recipe gpt3_175b" in capsys.readouterr().out
+    assert load_file(str(tmp_path / "x.safetensors")).keys() == load_file(str(out)).keys()

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from trainperf.cli.main import CLIFailure
+from trainperf.cli.main import CLIError, CLIFailure
 
 # The [model] keys printed for a recipe, in ModelConfig order; rope_theta only means something for llama.
 _KEYS = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len", "norm_eps",
@@ -39,10 +39,12 @@ def cmd_import_hf(args) -> int:
     if out.exists() and not args.force:
         raise CLIFailure(f"{out}: exists; pass --force to replace it")
     like = None
+    if args.overrides and not args.recipe:
+        raise CLIError("import-hf: --set needs --recipe")
     if args.recipe:
         from trainperf.config import load_recipe
 
-        like = load_recipe(args.recipe).model  # a bad recipe name is a ConfigError: exit 2
+        like = load_recipe(args.recipe, args.overrides).model  # a bad recipe is a ConfigError: exit 2
     try:
         _, notes = read_hf_config(args.hf_dir)
         cfg, sd = read_hf_checkpoint(args.hf_dir, like=like)
@@ -74,5 +76,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="FILE", help="the .safetensors file to write")
     p.add_argument("--recipe", default=None, metavar="NAME",
                    help="check the checkpoint is this recipe's model and convert into its layout")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a value of --recipe, as `trainperf run --set` does (repeatable)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.set_defaults(handler=cmd_import_hf)

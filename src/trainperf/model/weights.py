@@ -64,6 +64,9 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
         if src_name not in sd:
             if tied and name == "output.weight":
                 continue  # the tied head is the embedding, loaded as tok_emb.weight
+            if any(k.endswith(("embed_tokens.weight", "wte.weight")) for k in sd):
+                raise CheckpointError(f"{path}: Hugging Face tensor names, no '{src_name}'; point at the folder "
+                                      "holding its config.json, or convert it with `trainperf import-hf`")
             raise CheckpointError(f"{path}: no tensor '{src_name}' (the checkpoint does not match model.*)")
         _copy(path, src_name, sd[src_name], dest)
         loaded += 1
