@@ -30,6 +30,10 @@ def test_loss_decreases_and_files_written(small_recipe, tmp_path):
     for k in ("benchmark", "status", "time_to_train_s", "steps", "samples", "tokens", "tokens_per_s", "mfu",
               "peak_flops", "final_eval_loss", "target", "seed", "device", "world_size"):
         assert k in summary
+    tb = summary["time_breakdown_s"]
+    for k in ("data", "fwd_bwd", "optimizer", "eval"):  # the report's stacked bar draws these
+        assert tb[k] > 0, k
+    assert tb["data"] + tb["fwd_bwd"] + tb["optimizer"] + tb["eval"] <= summary["time_to_train_s"]
     assert (tmp_path / "run" / "model.safetensors").exists() and (tmp_path / "run" / "config.json").exists()
 
 

@@ -32,6 +32,7 @@ from trainperf.parallel.apply import comm_precision, dp_info, parallelize, resol
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.peak import device_peak
+from trainperf.train.timing import PhaseClock
 from trainperf.train.save import save_final
 
 
@@ -279,7 +280,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
 
     tokens_per_step = t.global_batch_size * r.model.seq_len
     steps_per_eval = max(1, math.ceil(e.every_samples / t.global_batch_size))
-    times = {"data": 0.0, "compute": 0.0, "eval": 0.0}
+    clock = PhaseClock(env.device)
+    times = {"eval": 0.0}
     if r.parallel.compile:
         warm_up_compiled(model, opt, ev, r, env, micro)
     env.barrier()
@@ -301,14 +303,14 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                 lr = lr_at(step + t.init_checkpoint_step, r)  # a start checkpoint continues its schedule
                 for g in opt.param_groups:
                     g["lr"] = lr
-                t0 = time.perf_counter()
+                clock.start()
                 x, y = batches.get(step, dp_rank, dp_size, pin=env.device.type == "cuda")
                 x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
                 # fine-tuning samples score only some targets: each rank's loss is its sum over the
                 # global batch's scored count (times dp, which gradient averaging divides out), so
                 # the step's gradient is the token mean over the global batch for any layout
                 n_scored = batches.scored_tokens(step)
-                t1 = time.perf_counter()
+                clock.lap("data")
                 for m in range(accum):
                     xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
                     sync = accum == 1 or m == accum - 1
@@ -322,18 +324,18 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
                                 loss = losses.sum() * (dp_size / max(1, n_scored))
                         loss.backward()
                     loss_acc += loss.detach()
+                clock.lap("fwd_bwd")
                 if t.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                clock.lap("optimizer")
                 step += 1
                 steps_since_log += 1
-                t2 = time.perf_counter()
-                times["data"] += t1 - t0
-                times["compute"] += t2 - t1
                 if step % t.log_every == 0 or step == block_end:
                     # the mean over all data-parallel ranks; the one host sync per log interval
                     avg = float(env.all_reduce_sum(loss_acc.clone())) / steps_since_log / dp_size
+                    clock.flush()  # the float() above synced the stream
                     if not math.isfinite(avg):
                         raise TrainError(f"training loss became {avg} at step {step}; lower train.lr or check the data")
                     now = time.perf_counter()
@@ -368,6 +370,8 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
         raise
     log.end(C.RUN_STOP, samples_count=step * t.global_batch_size, status=status)
     elapsed = time.perf_counter() - t_start
+    clock.flush(sync=True)
+    times = {**clock.totals, **times}
     log.event(C.TRAIN_SAMPLES, step * t.global_batch_size)
     tokens = step * tokens_per_step
     # wall time between run_start and run_stop less evaluation: on a GPU the per-step timers only
