@@ -44,6 +44,12 @@ class ModelConfig:
     seq_len: int = 256
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Llama 3.1's RoPE frequency scaling ("llama3" in HF configs); 0 = none. Long wavelengths are
+    # divided by the factor, short ones kept, the band between interpolated.
+    rope_scaling_factor: float = 0.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_context: int = 8192
     tie_embeddings: bool = True
     bias: bool = False
     lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
@@ -331,6 +337,11 @@ def validate(r: Recipe) -> None:
     _check(m.d_ff >= 0, "model.d_ff", "must be >= 0")
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
+    _check(m.rope_scaling_factor == 0 or m.rope_scaling_factor >= 1, "model.rope_scaling_factor",
+           f"must be 0 (none) or >= 1, got {m.rope_scaling_factor}")
+    _check(0 < m.rope_low_freq_factor < m.rope_high_freq_factor, "model.rope_high_freq_factor",
+           "must be greater than model.rope_low_freq_factor > 0")
+    _check(m.rope_original_context >= 1, "model.rope_original_context", "must be >= 1")
     _check(m.lora_rank >= 0, "model.lora_rank", "must be >= 0")
     _check(m.lora_alpha > 0, "model.lora_alpha", "must be > 0")
     _check(0 <= m.lora_dropout < 1, "model.lora_dropout", "must be in [0, 1)")

@@ -216,12 +216,36 @@ def test_bare_gpt2_names_and_llama3_rope_scaling(tmp_path):
 
     _, path = _llama(tmp_path)
     raw = json.loads((path / "config.json").read_text())
-    raw["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
+    raw["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0}
     (path / "config.json").write_text(json.dumps(raw))
     cfg, notes = read_hf_config(path)
-    assert cfg.rope_theta == 500000.0 and "'llama3' is ignored" in notes[0]
-    with pytest.warns(UserWarning, match="llama3"):
+    assert cfg.rope_theta == 500000.0 and "'yarn' is ignored" in notes[0]
+    with pytest.warns(UserWarning, match="yarn"):
         load_base_weights(Transformer(cfg), path)
+
+
+def test_llama3_rope_scaling_gives_transformers_logits(tmp_path):
+    """Llama 3.1's frequency scaling, with an original context of 8 so that, at 16 positions and
+    head size 8, the four frequencies fall in every band (kept, blended, stretched)."""
+    scaling = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+    hf_model, path = _llama(tmp_path, rope_parameters=scaling)
+    cfg, sd = read_hf_checkpoint(path)
+    assert (cfg.rope_scaling_factor, cfg.rope_original_context) == (8.0, 8)
+    ours = Transformer(cfg).eval()
+    ours.load_state_dict(sd)
+    unscaled = Transformer(dataclasses.replace(cfg, rope_scaling_factor=0.0)).eval()
+    unscaled.load_state_dict(sd)
+    x = _tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), hf_model(x).logits, **TOL)
+        assert (unscaled(x) - hf_model(x).logits).abs().max() > 1e-2  # the scaling matters here
+    # export writes the scaling back; a recipe without it is refused by name
+    from trainperf.model.hf import hf_config
+
+    assert hf_config(cfg)["rope_parameters"]["rope_type"] == "llama3"
+    with pytest.raises(CheckpointError, match="rope_scaling_factor=8.0, the recipe 0.0"):
+        read_hf_checkpoint(path, like=dataclasses.replace(cfg, rope_scaling_factor=0.0))
 
 
 def test_gpt2_with_distinct_kv_heads_does_not_fold(tmp_path):

@@ -131,8 +131,7 @@ def hf_config(cfg: ModelConfig) -> dict:
             "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
             "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
             "max_position_embeddings": cfg.seq_len, "rms_norm_eps": cfg.norm_eps,
-            # both spellings: transformers 5 reads rope_parameters, 4.x reads rope_theta
-            "rope_theta": cfg.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+            **_rope_hf(cfg),
             "attention_bias": cfg.bias, "mlp_bias": cfg.bias, "tie_word_embeddings": cfg.tie_embeddings,
             "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
         }
@@ -162,13 +161,28 @@ def is_hf_dir(path: Path) -> bool:
     return isinstance(raw, dict) and "model_type" in raw and "trainperf_model" not in raw
 
 
-def _rope(raw: dict) -> tuple[float, str]:
-    """(rope_theta, rope_type) from a 4.x (rope_theta, rope_scaling) or 5.x (rope_parameters) config."""
+def _rope(raw: dict) -> tuple[float, str, dict]:
+    """(rope_theta, rope_type, scaling parameters) from a 4.x (rope_theta, rope_scaling) or 5.x
+    (rope_parameters) config."""
     params = raw.get("rope_parameters") or {}
     scaling = raw.get("rope_scaling") or {}
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    return float(theta), str(kind)
+    return float(theta), str(kind), {**scaling, **params}
+
+
+def _rope_hf(cfg: ModelConfig) -> dict:
+    """The RoPE keys of an HF llama config.json for `cfg`."""
+    params: dict = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling_factor:
+        params = {"rope_type": "llama3", "rope_theta": cfg.rope_theta, "factor": cfg.rope_scaling_factor,
+                  "low_freq_factor": cfg.rope_low_freq_factor, "high_freq_factor": cfg.rope_high_freq_factor,
+                  "original_max_position_embeddings": cfg.rope_original_context}
+    # both spellings: transformers 5 reads rope_parameters, 4.x reads rope_theta and rope_scaling
+    out = {"rope_theta": cfg.rope_theta, "rope_parameters": params}
+    if cfg.rope_scaling_factor:
+        out["rope_scaling"] = {k: v for k, v in params.items() if k != "rope_theta"}
+    return out
 
 
 def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
@@ -198,15 +212,24 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
         bias = bool(raw.get("attention_bias", False))
         need("mlp_bias", bool(raw.get("mlp_bias", False)) == bias,
              f"trainperf has one model.bias for attention and MLP (attention_bias={bias})")
-        theta, rope_type = _rope(raw)
-        if rope_type != "default":
-            notes.append(f"{file}: RoPE scaling {rope_type!r} is ignored: trainperf's RoPE has none, so "
+        theta, rope_type, rp = _rope(raw)
+        scaling = {}
+        if rope_type == "llama3":
+            try:
+                scaling = dict(rope_scaling_factor=float(rp["factor"]),
+                               rope_low_freq_factor=float(rp.get("low_freq_factor", 1.0)),
+                               rope_high_freq_factor=float(rp.get("high_freq_factor", 4.0)),
+                               rope_original_context=int(rp.get("original_max_position_embeddings", 8192)))
+            except (KeyError, TypeError, ValueError):
+                raise CheckpointError(f"{file}: rope_scaling of type 'llama3' without a numeric 'factor'") from None
+        elif rope_type != "default":
+            notes.append(f"{file}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
                          "its logits differ from transformers' (most at long distances)")
         cfg = ModelConfig(family="llama", n_layer=int(raw.get("num_hidden_layers", 32)), d_model=d, n_head=n_head,
                           n_kv_head=int(raw.get("num_key_value_heads") or n_head),
                           d_ff=int(raw.get("intermediate_size", 11008)), vocab_size=int(raw.get("vocab_size", 32000)),
                           seq_len=int(raw.get("max_position_embeddings", 2048)),
-                          norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+                          norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta, **scaling,
                           tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias)
     elif kind == "gpt2":
         d, n_head = int(raw.get("n_embd", 768)), int(raw.get("n_head", 12))
@@ -294,7 +317,11 @@ def check_matches(hf: ModelConfig, model: ModelConfig, where: Path) -> None:
         checks.append(("seq_len", hf.seq_len, model.seq_len))  # learned positions: no rows past n_positions
     checks += [("tie_embeddings", hf.tie_embeddings, model.tie_embeddings), ("norm_eps", hf.norm_eps, model.norm_eps)]
     if hf.family == "llama":
-        checks += [("rope_theta", hf.rope_theta, model.rope_theta), ("bias", hf.bias, model.bias)]
+        checks += [("rope_theta", hf.rope_theta, model.rope_theta), ("bias", hf.bias, model.bias),
+                   ("rope_scaling_factor", hf.rope_scaling_factor, model.rope_scaling_factor)]
+        if model.rope_scaling_factor:
+            checks += [(k, getattr(hf, k), getattr(model, k)) for k in
+                       ("rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context")]
     for name, theirs, ours in checks:
         same = math.isclose(theirs, ours, rel_tol=1e-9) if isinstance(ours, float) else theirs == ours
         if not same:

@@ -37,10 +37,23 @@ class LoRALinear(nn.Module):
         return self.base(x) + F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b) * self.scale
 
 
-def precompute_rope(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
+def llama3_scaled(inv_freq: torch.Tensor, factor: float, low: float, high: float, context: int) -> torch.Tensor:
+    """Llama 3.1's frequency scaling: wavelengths longer than context/low are stretched by `factor`,
+    those shorter than context/high are kept, and in between the two are blended linearly in
+    context/wavelength, so the model reaches past the context it was first trained on."""
+    wavelen = 2 * math.pi / inv_freq
+    ratio = context / wavelen  # how many times a wavelength fits into the original context
+    blend = ((ratio - low) / (high - low)).clamp(0.0, 1.0)  # 0 -> fully stretched, 1 -> kept
+    return inv_freq / factor * (1 - blend) + inv_freq * blend
+
+
+def precompute_rope(head_dim: int, seq_len: int, theta: float, cfg: "ModelConfig | None" = None) -> torch.Tensor:
     """cos and sin tables, shape (2, seq_len, head_dim), in the rotate-half layout (as HF Llama):
     dimension i is paired with i + head_dim/2 and both use frequency i."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if cfg is not None and cfg.rope_scaling_factor:
+        inv_freq = llama3_scaled(inv_freq, cfg.rope_scaling_factor, cfg.rope_low_freq_factor,
+                                 cfg.rope_high_freq_factor, cfg.rope_original_context)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq).repeat(1, 2)
     return torch.stack([angles.cos(), angles.sin()])
 
@@ -133,7 +146,7 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings:
             self.output.weight = self.tok_emb.weight
         if cfg.family == "llama":
-            self.register_buffer("rope", precompute_rope(cfg.head_dim, cfg.seq_len, cfg.rope_theta),
+            self.register_buffer("rope", precompute_rope(cfg.head_dim, cfg.seq_len, cfg.rope_theta, cfg),
                                  persistent=False)
         else:
             self.rope = None
@@ -154,7 +167,7 @@ class Transformer(nn.Module):
             s = std / math.sqrt(2 * self.cfg.n_layer) if name.endswith(("wo.weight", "w2.weight")) else std
             p.copy_(torch.randn(p.shape, generator=gen) * s)
         if self.rope is not None:
-            self.rope.copy_(precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta))
+            self.rope.copy_(precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta, self.cfg))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32."""
