@@ -9,7 +9,7 @@ SMALL = ["data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte",
 
 
 def test_run_seeds_then_score_tiny(tmp_path, capsys):
-    args = ["run", "tiny", "--seeds", "3", "--out", str(tmp_path / "out"), "--no-progress"]
+    args = ["run", "tiny", "--seeds", "3", "--out", str(tmp_path / "out"), "--no-progress", "--tensorboard"]
     for s in SMALL + [f"data.cache_dir={tmp_path / 'cache'}"]:
         args += ["--set", s]
     assert main(args) == 0
@@ -19,6 +19,7 @@ def test_run_seeds_then_score_tiny(tmp_path, capsys):
         d = tmp_path / "out" / f"seed_{i}"
         assert (d / f"result_{i}.txt").is_file() and (d / "compliance.yaml").is_file()
         assert json.loads((d / "summary.json").read_text())["seed"] == i
+        assert list(d.glob("events.out.tfevents.*")), d  # --tensorboard: one event file per seed
     assert main(["score", "--json", str(tmp_path / "out")]) == 0
     rep = json.loads(capsys.readouterr().out)
     mins = sorted(r["minutes"] for r in rep["runs"])

@@ -119,8 +119,14 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
         raise CLIError("--seeds runs in this process; it does not combine with --nproc or --resume")
     if out.exists() and any(out.iterdir()):
         raise CLIError(f"{out}: exists and is not empty; --seeds writes a fresh OUT/seed_<i>/ per run")
+    listener_for = None
+    if getattr(args, "tensorboard", False):
+        from trainperf.report.tensorboard import TensorBoardWriter
+
+        listener_for = TensorBoardWriter  # one event file per seed directory
     env = init_env(args.device)
-    done = run_seeds(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, progress=False), args.seeds)
+    done = run_seeds(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, progress=False),
+                     args.seeds, listener_for)
     if env.is_main:
         for d, s in zip(done.dirs, done.summaries):
             print(f"{d}: {s.status}, {s.time_to_train_s:.1f} s, {s.steps} steps, eval {s.final_eval_loss:.4f}")

@@ -14,6 +14,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -81,13 +82,21 @@ class SeedRuns:
     summaries: list[Summary]
 
 
-def run_seeds(r: Recipe, env: DistEnv, opts: RunOptions, n: int) -> SeedRuns:
-    """Seeds opts.seed .. opts.seed+n-1 into OUT/seed_<s>/; stops at the first run that fails."""
+def run_seeds(r: Recipe, env: DistEnv, opts: RunOptions, n: int,
+              listener_for: Callable[[Path], Callable[[dict], None]] | None = None) -> SeedRuns:
+    """Seeds opts.seed .. opts.seed+n-1 into OUT/seed_<s>/; stops at the first run that fails.
+    `listener_for(dir)` gives each run its own metrics listener (e.g. TensorBoard in its dir); one
+    with a `close()` is closed after its run, failed or not."""
     if n < 1:
         raise TrainError("--seeds must be >= 1")
     dirs, sums = [], []
     for s in range(opts.seed, opts.seed + n):
         d = opts.out / f"seed_{s}"
-        sums.append(run_benchmark(r, env, dataclasses.replace(opts, out=d, seed=s)))
+        listener = listener_for(d) if listener_for is not None else opts.on_event
+        try:
+            sums.append(run_benchmark(r, env, dataclasses.replace(opts, out=d, seed=s, on_event=listener)))
+        finally:
+            if listener_for is not None and hasattr(listener, "close"):
+                listener.close()
         dirs.append(d)
     return SeedRuns(dirs, sums)
