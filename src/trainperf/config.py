@@ -127,6 +127,9 @@ class EvalConfig:
     target: float = 1.45
     metric: str = "nats_per_byte"  # or "log_perplexity" (mean token loss, the MLPerf LLM metric)
     eval_samples: int = 0  # sequences evaluated (0 -> as many as `data.eval_bytes` gives)
+    # >0: evaluate the whole validation split, which must hold exactly this many documents, and log
+    # that count as eval_samples (GPT-3: the reference's 24,567-document C4 subset, ~11.6M tokens)
+    eval_documents: int = 0
     skip_evals: int = 0  # evals skipped at the start (MLPerf LoRA / 405b rules)
 
 
@@ -384,6 +387,9 @@ def validate(r: Recipe) -> None:
     _check(e.target > 0, "eval.target", "must be > 0")
     _check(e.metric in ("nats_per_byte", "log_perplexity"), "eval.metric", "must be nats_per_byte or log_perplexity")
     _check(e.eval_samples >= 0, "eval.eval_samples", "must be >= 0")
+    _check(e.eval_documents >= 0, "eval.eval_documents", "must be >= 0")
+    _check(not (e.eval_samples and e.eval_documents), "eval.eval_documents",
+           "give eval.eval_samples (sequences) or eval.eval_documents (the whole split), not both")
     _check(e.skip_evals >= 0, "eval.skip_evals", "must be >= 0")
     for k in ("dp_replicate", "tp", "pp", "cp"):
         _check(getattr(p, k) >= 1, f"parallel.{k}", "must be >= 1")

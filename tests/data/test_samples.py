@@ -156,3 +156,18 @@ def test_end_of_document_token_after_every_document(tmp_path):
     assert int((np.asarray(data.train) == eod).sum()) == data.meta["documents"]["train"]
     assert int(data.val[-1]) == eod and data.meta["eod"] == "<eod>"
     assert tok.token_bytes()[eod] == 0  # covers no text: nats per byte unchanged
+
+
+def test_eval_documents_takes_the_whole_validation_file(tmp_path):
+    (tmp_path / "train").mkdir()
+    _jsonl(tmp_path / "train" / "t.jsonl", [{"text": f"train doc {i}\n"} for i in range(20)])
+    val_rows = [{"text": f"validation document number {i}\n"} for i in range(5)]
+    _jsonl(tmp_path / "val.jsonl", val_rows)
+    data = prepare(DataConfig(corpus=str(tmp_path / "train"), val=str(tmp_path / "val.jsonl"), tokenizer="byte",
+                              cache_dir=str(tmp_path / "cache")))
+    ev = eval_set(data, 16, eval_bytes=1, eval_documents=5)
+    total = sum(len(r["text"]) for r in val_rows)
+    assert ev.samples == 5  # logged as eval_samples: documents, as the GPT-3 reference counts them
+    assert ev.target_tokens == total - 1  # every token but the first (context only) is scored once
+    with pytest.raises(DataError, match="holds 5 documents, eval.eval_documents=6"):
+        eval_set(data, 16, 1, eval_documents=6)

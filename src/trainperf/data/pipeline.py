@@ -134,11 +134,14 @@ def train_batches(data, seq_len: int, global_batch: int, seed: int):
     return TrainBatches(data.train, seq_len, global_batch, seed)
 
 
-def eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -> "EvalSet":
+def eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0, eval_documents: int = 0) -> "EvalSet":
     """The fixed validation set for prepared data of either kind."""
     if isinstance(data, SampleData):
-        return build_sample_eval_set(data, seq_len, eval_samples)
-    return build_eval_set(data, seq_len, eval_bytes, eval_samples)
+        if eval_documents and data.val_ids.shape[0] != eval_documents:
+            raise DataError(f"{data.path}: {data.val_ids.shape[0]} validation samples, "
+                            f"eval.eval_documents={eval_documents} expects exactly that many")
+        return build_sample_eval_set(data, seq_len, eval_samples or eval_documents)
+    return build_eval_set(data, seq_len, eval_bytes, eval_samples, eval_documents)
 
 
 class TrainBatches:
@@ -180,14 +183,21 @@ class EvalSet:
     samples: int  # sequences evaluated
 
 
-def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -> EvalSet:
+def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0, eval_documents: int = 0) -> EvalSet:
     """The held-out token stream from its start until the scored tokens cover `eval_bytes` of text
     (a fixed prefix, cut mid-document if need be: the stdlib's held-out split has one ~800 KB file,
     and cutting only at document ends made the eval 3.4x the asked size), in windows of seq_len
     (stride seq_len, so each token is scored once). With `eval_samples`, exactly that many full
-    windows instead (MLPerf LLM benchmarks fix the count)."""
+    windows instead (MLPerf LLM benchmarks fix the count). With `eval_documents`, the whole split,
+    which must hold exactly that many documents; `samples` is then that document count."""
     val = data.val
-    if eval_samples:
+    if eval_documents:
+        held = int(data.meta["documents"]["val"])
+        if held != eval_documents:
+            raise DataError(f"{data.path}: the validation split holds {held} documents, eval.eval_documents="
+                            f"{eval_documents} expects exactly that many (prepare with --val FILE)")
+        n_tokens = int(val.size)
+    elif eval_samples:
         n_tokens = eval_samples * seq_len + 1
         if val.size < n_tokens:
             raise DataError(f"validation split has {val.size} tokens; {eval_samples} samples of {seq_len} need {n_tokens}")
@@ -207,7 +217,8 @@ def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0) -
         inputs.append(toks[n_full * seq_len: -1].view(1, rest))
         targets.append(toks[n_full * seq_len + 1:].view(1, rest))
     all_t = torch.cat([t.flatten() for t in targets])
-    return EvalSet(inputs, targets, int(nb[all_t].sum()), all_t.numel(), n_full + (1 if rest > 0 and not eval_samples else 0))
+    windows = n_full + (1 if rest > 0 and not eval_samples else 0)
+    return EvalSet(inputs, targets, int(nb[all_t].sum()), all_t.numel(), eval_documents or windows)
 
 
 def build_sample_eval_set(data: SampleData, seq_len: int, eval_samples: int = 0) -> EvalSet:

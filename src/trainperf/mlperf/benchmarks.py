@@ -212,6 +212,8 @@ class GPT3(_Common):
             _rule("train.init_checkpoint_step", t.init_checkpoint_step,
                   f"ceil(4000 * 1536 / GBS) = {ckpt} steps of the reference checkpoint", t.init_checkpoint_step == ckpt),
             _rule("train.global_batch_size", gbs, "1536..8192 (else new RCPs)", 1536 <= gbs <= 8192),
+            _rule("eval.eval_documents", self.recipe.eval.eval_documents,
+                  "24567 (the reference's whole C4 validation subset)", self.recipe.eval.eval_documents == 24567),
         ]
 
 

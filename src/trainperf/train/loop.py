@@ -232,7 +232,7 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     opt = build_optimizer(model, r, env.device)
     resumed = ckpt.load(model, opt)
     batches = train_batches(data, r.model.seq_len, t.global_batch_size, seed)
-    ev = eval_set(data, r.model.seq_len, r.data.eval_bytes, e.eval_samples)
+    ev = eval_set(data, r.model.seq_len, r.data.eval_bytes, e.eval_samples, e.eval_documents)
     fpt = flops_per_token(unwrap(model).cfg)
     peak = device_peak(env.device, t.precision)
 
