@@ -25,6 +25,11 @@ SKIP_DIRS = frozenset({"test", "tests", "idlelib", "lib2to3", "site-packages", "
 VAL_THRESHOLD = 8
 
 
+def held_out(doc_id: str) -> bool:
+    """Whether a document (or fine-tuning sample) with this id belongs to the validation split."""
+    return hashlib.sha256(doc_id.encode("utf-8")).digest()[0] < VAL_THRESHOLD
+
+
 @dataclass(frozen=True)
 class Document:
     id: str  # stable identifier: path relative to the corpus root (plus a row/line number)
@@ -32,7 +37,7 @@ class Document:
 
     @property
     def is_val(self) -> bool:
-        return hashlib.sha256(self.id.encode("utf-8")).digest()[0] < VAL_THRESHOLD
+        return held_out(self.id)
 
 
 def stdlib_root() -> Path:

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from trainperf.data.corpus import DataError, corpus_files, read_rows
+from trainperf.data.corpus import DataError, corpus_files, held_out, read_rows
+from trainperf.data.shards import _dtype_for, _sha256_file, atomic_dir, with_val
 from trainperf.data.tokenizer import Tokenizer, load_tokenizer
 
 IGNORE = -100  # the label of a position that is not scored (F.cross_entropy's ignore_index)
@@ -41,7 +39,7 @@ class Sample:
 
     @property
     def is_val(self) -> bool:
-        return hashlib.sha256(self.id.encode("utf-8")).digest()[0] < 8  # corpus.VAL_THRESHOLD
+        return held_out(self.id)
 
 
 def pair_sample(sid: str, tok: Tokenizer, document: str, summary: str, row_len: int) -> Sample:
@@ -102,14 +100,6 @@ def samples_fingerprint(samples: list[Sample]) -> str:
     return h.hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _pad(samples: list[Sample], row_len: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     ids = np.zeros((len(samples), row_len), dtype=dtype)
     labels = np.full((len(samples), row_len), IGNORE, dtype=np.int32)
@@ -134,14 +124,9 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
     for s in train + val:
         if s.ids and max(s.ids) >= vocab:
             raise DataError(f"sample {s.id}: token id {max(s.ids)} is outside the tokenizer's vocabulary ({vocab})")
-    dtype = np.dtype(np.uint16) if vocab <= 2**16 else np.dtype(np.uint32)
-    fp = samples_fingerprint(samples)
-    if val_samples is not None:
-        fp = hashlib.sha256(f"{fp}+val:{samples_fingerprint(val_samples)}".encode()).hexdigest()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    dtype = _dtype_for(vocab)
+    fp = with_val(samples_fingerprint(samples), samples_fingerprint(val_samples) if val_samples is not None else None)
+    with atomic_dir(Path(out)) as tmp:
         meta: dict = {"format": 1, "kind": "samples", "corpus": corpus_name, "fingerprint": fp,
                       "val_source": "hash split" if val_samples is None else "file",
                       "tokenizer": tok.name, "vocab_size": vocab, "dtype": dtype.name, "row_len": row_len}
@@ -150,17 +135,11 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
             ids.tofile(tmp / f"{name}_ids.bin")
             labels.tofile(tmp / f"{name}_labels.bin")
             meta[name] = {"rows": len(part), "scored_tokens": int((labels != IGNORE).sum()),
-                          "sha256": {f"{name}_ids.bin": _sha256(tmp / f"{name}_ids.bin"),
-                                     f"{name}_labels.bin": _sha256(tmp / f"{name}_labels.bin")}}
+                          "sha256": {f"{name}_ids.bin": _sha256_file(tmp / f"{name}_ids.bin"),
+                                     f"{name}_labels.bin": _sha256_file(tmp / f"{name}_labels.bin")}}
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return Path(out)
 
 
 @dataclass
@@ -201,7 +180,7 @@ def open_samples(path: Path, meta: dict, verify: bool = True) -> SampleData:
                 want = rows * row_len * dt.itemsize
                 if f.stat().st_size != want:
                     raise DataError(f"{f}: {f.stat().st_size} bytes, expected {want} (truncated or corrupt)")
-                if verify and _sha256(f) != meta[name]["sha256"][f.name]:
+                if verify and _sha256_file(f) != meta[name]["sha256"][f.name]:
                     raise DataError(f"{f}: checksum mismatch (corrupt file)")
                 arrays[f"{name}_{part}"] = np.memmap(f, dtype=dt, mode="r", shape=(rows, row_len))
     except (KeyError, TypeError, ValueError) as e:

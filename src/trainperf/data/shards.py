@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,11 +50,32 @@ def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype,
     return flat, index
 
 
+def with_val(train_fp: str, val_fp: str | None) -> str:
+    """A dataset's fingerprint: the training source's, combined with a separate validation source's."""
+    if val_fp is None:
+        return train_fp
+    return hashlib.sha256(f"{train_fp}+val:{val_fp}".encode()).hexdigest()
+
+
 def dataset_fingerprint(docs: list[Document], val_docs: list[Document] | None = None) -> str:
     """The corpus fingerprint; with a separate validation source, over both (train first)."""
-    if val_docs is None:
-        return fingerprint(docs)
-    return hashlib.sha256(f"{fingerprint(docs)}+val:{fingerprint(val_docs)}".encode()).hexdigest()
+    return with_val(fingerprint(docs), fingerprint(val_docs) if val_docs is not None else None)
+
+
+@contextmanager
+def atomic_dir(out: Path):
+    """Yield a temporary folder beside `out`, renamed to `out` when the block succeeds and deleted
+    when it fails, so a crash never leaves a folder that looks complete."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str,
@@ -73,9 +95,7 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
     if eod and eod_id is None:
         raise DataError(f"data.eod: {eod!r} is not a token of the tokenizer ({tok.name})")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         meta: dict = {"format": FORMAT, "kind": "tokens", "corpus": corpus_name,
                       "fingerprint": dataset_fingerprint(docs, val_docs),
                       "val_source": "hash split" if val_docs is None else "file", "eod": eod,
@@ -90,12 +110,6 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
                 np.save(tmp / "val_index.npy", index)
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
