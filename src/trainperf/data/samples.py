@@ -207,8 +207,11 @@ class SampleBatches:
             raise DataError(f"model.seq_len={seq_len} is longer than the prepared rows ({data.row_len} tokens)")
         self.data, self.seq_len, self.global_batch, self.seed = data, seq_len, global_batch, seed
         self.n = data.train_ids.shape[0]
+        self._last: tuple[int, np.ndarray] | None = None
 
     def rows(self, step: int) -> np.ndarray:
+        if self._last is not None and self._last[0] == step:
+            return self._last[1]  # the loop asks twice per step (scored count, then the batch)
         pos = step * self.global_batch + np.arange(self.global_batch)
         epochs, within = pos // self.n, pos % self.n
         out = np.empty(self.global_batch, dtype=np.int64)
@@ -216,6 +219,7 @@ class SampleBatches:
             perm = np.random.default_rng([self.seed, int(ep)]).permutation(self.n)
             sel = epochs == ep
             out[sel] = perm[within[sel]]
+        self._last = (step, out)
         return out
 
     def scored_tokens(self, step: int) -> int:
