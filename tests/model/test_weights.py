@@ -46,3 +46,31 @@ def test_checkpoint_errors(tmp_path):
         load_base_weights(m, tmp_path / "wide.safetensors")
     with pytest.raises(CheckpointError, match="no LoRA adapters"):
         save_adapters(m, tmp_path / "a.safetensors")
+
+
+def test_meta_built_lora_model_materializes_and_loads_its_base(tmp_path):
+    """parallel.meta_init: built on the meta device, given storage and seeded weights tensor by
+    tensor, then the start checkpoint read one tensor at a time; B = 0, so it computes the base."""
+    import dataclasses
+
+    from trainperf.model.weights import materialize
+
+    cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, n_kv_head=2, seq_len=16, vocab_size=64, tie_embeddings=False)
+    torch.manual_seed(0)
+    base = Transformer(cfg).eval()
+    save_file({k: v.contiguous() for k, v in base.state_dict().items()}, str(tmp_path / "base.safetensors"))
+    lcfg = dataclasses.replace(cfg, lora_rank=4)
+    with torch.device("meta"):
+        lora = Transformer(lcfg)
+    materialize(lora, torch.device("cpu"), seed=3)
+    with torch.device("meta"):  # the same seed draws the same weights
+        again = Transformer(lcfg)
+    materialize(again, torch.device("cpu"), seed=3)
+    for (n, p), (_, q) in zip(lora.named_parameters(), again.named_parameters()):
+        assert torch.equal(p, q), n
+    wq = lora.layers["0"].attn.wq
+    assert float(wq.lora_a.detach().abs().max()) > 0 and float(wq.lora_b.detach().abs().max()) == 0
+    assert load_base_weights(lora, tmp_path / "base.safetensors") == len(base.state_dict())
+    x = torch.randint(0, 64, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(lora.eval()(x), base(x))

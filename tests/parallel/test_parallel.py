@@ -65,8 +65,13 @@ JOBS = {
     # fine-tuning rows scored only on their labels: the loss must stay the global token mean
     "ddp_samples": (["data.kind=samples", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
     "fsdp_samples": (["data.kind=samples", "train.micro_batch_size=2"], 3),
+    # built on the meta device, sharded, then initialised shard by shard: the same model on any layout
+    "fsdp_meta": (["parallel.meta_init=true"], 3),
+    "tp_meta": (["parallel.meta_init=true", "parallel.tp=2", "parallel.dp_shard=1"], 3),
+    "ddp_meta": (["parallel.meta_init=true", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
 }
-REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single"}
+REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single",
+             "fsdp_meta": "meta_single", "tp_meta": "meta_single", "ddp_meta": "meta_single"}
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +87,14 @@ def runs(tmp_path_factory):
     assert p.returncode == 0, p.stderr[-3000:]
     # single-process references, same recipe and global batch (2 micro-batches of 4 instead of 2 ranks x 4)
     for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
-                               ("samples_single", ["data.kind=samples"], 3)):
+                               ("samples_single", ["data.kind=samples"], 3),
+                               ("meta_single", ["parallel.meta_init=true"], 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum", "ddp_samples", "fsdp_samples"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum", "ddp_samples", "fsdp_samples",
+                                  "fsdp_meta", "tp_meta", "ddp_meta"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")

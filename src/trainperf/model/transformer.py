@@ -150,7 +150,8 @@ class Transformer(nn.Module):
                                  persistent=False)
         else:
             self.rope = None
-        self.init_weights()
+        if not self.tok_emb.weight.is_meta:  # built on the meta device: `materialize` initialises it
+            self.init_weights()
         if cfg.lora_rank > 0:
             add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
 

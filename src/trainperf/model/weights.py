@@ -9,13 +9,15 @@ it loads. Adapters are saved and loaded as their own small file.
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.nn as nn
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from trainperf.model.transformer import lora_state_dict
 
@@ -24,21 +26,96 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the model; one-line message."""
 
 
-def _read(path: Path) -> dict[str, torch.Tensor]:
+class _LazyFile:
+    """A safetensors file read one tensor at a time (a start checkpoint of 70B is never held whole)."""
+
+    def __init__(self, path: Path):
+        from safetensors import safe_open
+
+        try:
+            self._f = safe_open(str(path), framework="pt")
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+        self._keys = set(self._f.keys())
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._f.get_tensor(key)
+
+    def items(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return ((k, self[k]) for k in sorted(self._keys))
+
+
+def _read(path: Path) -> _LazyFile:
     if path.is_dir():
         path = path / "model.safetensors"
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    return _LazyFile(path)
+
+
+@torch.no_grad()
+def copy_full(dest: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a whole tensor into a parameter that may be a DTensor shard (FSDP2, tensor parallel):
+    each rank keeps its own slice. Every rank must pass the same `full`."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    full = full.to(device=dest.device, dtype=dest.dtype)
+    if isinstance(dest, DTensor):
+        # src_data_rank=None: every rank already holds `full`, so each slices it locally (no scatter)
+        dest.to_local().copy_(distribute_tensor(full, dest.device_mesh, dest.placements, src_data_rank=None).to_local())
+    else:
+        dest.copy_(full)
 
 
 def _copy(path: Path, src_name: str, src: torch.Tensor, dest: torch.Tensor) -> None:
     if tuple(src.shape) != tuple(dest.shape):
         raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
-    dest.copy_(src.to(dest.dtype))
+    copy_full(dest, src)
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
+    """Give a model built on the meta device (and sharded by now) real storage on `device`, then draw
+    its initial weights whole, tensor by tensor, from a generator seeded with `seed`, each rank
+    keeping its shard. Every rank draws the same numbers, so any layout gets the same model.
+    The init is the model's own: N(0, 0.02), residual projections / sqrt(2 n_layer), norms 1,
+    biases 0; LoRA A as PyTorch's Linear default (uniform, bound 1/sqrt(fan_in)), LoRA B 0."""
+    model.to_empty(device=device)
+    cfg = model.cfg
+    if cfg.tie_embeddings:
+        # to_empty gives each module its own new tensor, which unties a shared weight; the sharding
+        # wrappers still treat it as one, so it must be one again before it is initialised
+        model.output.weight = model.tok_emb.weight
+    gen = torch.Generator().manual_seed(seed)
+    params = list(model.named_parameters())
+    # base weights first, then the adapters, each group in parameter order
+    for name, p in sorted(params, key=lambda np_: ".lora_" in np_[0]):
+        shape = tuple(p.shape)
+        if name.endswith("lora_a"):
+            bound = 1.0 / math.sqrt(shape[1])
+            full = torch.empty(shape).uniform_(-bound, bound, generator=gen)
+        elif name.endswith("lora_b") or name.endswith("bias"):
+            full = torch.zeros(shape)
+        elif p.dim() == 1:
+            full = torch.ones(shape)
+        else:
+            std = 0.02 / math.sqrt(2 * cfg.n_layer) if name.endswith(("wo.weight", "w2.weight", "wo.base.weight",
+                                                                      "w2.base.weight")) else 0.02
+            full = torch.randn(shape, generator=gen) * std
+        copy_full(p, full)
+    if getattr(model, "rope", None) is not None:
+        from trainperf.model.transformer import precompute_rope
+
+        model.rope = precompute_rope(cfg.head_dim, cfg.seq_len, cfg.rope_theta, cfg).to(device)
 
 
 @torch.no_grad()

@@ -93,10 +93,15 @@ def comm_precision(pcfg: ParallelConfig, env: DistEnv, precision: str) -> str:
 
 
 def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision: str = "fp32",
-                fp8: bool = False) -> nn.Module:
-    """Move `model` to the device and apply FP8 / TP / activation checkpointing / compile / FSDP2 / DDP."""
+                fp8: bool = False, seed: int = 0) -> nn.Module:
+    """Move `model` to the device and apply FP8 / TP / activation checkpointing / compile / FSDP2 / DDP.
+
+    A model built on the meta device (`parallel.meta_init`) is sharded first and then given storage
+    and initial weights (seeded by `seed`) shard by shard, so no rank ever holds it whole."""
     layout = resolve_layout(pcfg, env.world_size)
-    model.to(env.device)
+    meta = next(model.parameters()).is_meta
+    if not meta:
+        model.to(env.device)
     if fp8:
         apply_float8(model)
     mesh = None
@@ -114,10 +119,15 @@ def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision:
     if pcfg.compile:
         for block in model.layers.values():
             block.compile()
-    if layout.dp_shard > 1 or (layout.dp > 1 and layout.tp > 1):
+    fsdp = layout.dp_shard > 1 or (layout.dp > 1 and layout.tp > 1)
+    if fsdp:
         dp_mesh = mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
         apply_fsdp(model, dp_mesh, precision)
-    elif layout.dp_replicate > 1:
+    if meta:
+        from trainperf.model.weights import materialize
+
+        materialize(model, env.device, seed)  # after sharding: each rank allocates its shards only
+    if not fsdp and layout.dp_replicate > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)

@@ -162,6 +162,15 @@ def warm_up_compiled(model: torch.nn.Module, opt: torch.optim.Optimizer, ev: Eva
     evaluate(model, EvalSet(fake, fake, ev.target_bytes, ev.target_tokens, ev.samples), r, env, micro)
 
 
+def _load_start(model: torch.nn.Module, path: str) -> None:
+    if not path:
+        return
+    try:
+        load_base_weights(model, path)
+    except CheckpointError as err:
+        raise TrainError(f"train.init_checkpoint: {err}") from None
+
+
 def _precision_name(r: Recipe) -> str:
     return "bfloat16" if r.train.precision == "bf16" else "fp32"
 
@@ -221,14 +230,14 @@ def _train(r: Recipe, env: DistEnv, opts: RunOptions, log: MLPerfLog, ckpt: Chec
     max_steps = opts.max_steps or r.total_steps
 
     torch.manual_seed(seed)
-    model = Transformer(r.model)
-    if t.init_checkpoint:
-        try:
-            load_base_weights(model, t.init_checkpoint)
-        except CheckpointError as err:
-            raise TrainError(f"train.init_checkpoint: {err}") from None
+    with torch.device("meta") if r.parallel.meta_init else nullcontext():
+        model = Transformer(r.model)
     n_params = sum(p.numel() for p in model.parameters())
-    model = parallelize(model, r.parallel, env, t.precision, fp8=t.fp8_linear)
+    if not r.parallel.meta_init:
+        _load_start(model, t.init_checkpoint)
+    model = parallelize(model, r.parallel, env, t.precision, fp8=t.fp8_linear, seed=seed)
+    if r.parallel.meta_init:
+        _load_start(unwrap(model), t.init_checkpoint)  # into the shards, one tensor at a time
     opt = build_optimizer(model, r, env.device)
     resumed = ckpt.load(model, opt)
     batches = train_batches(data, r.model.seq_len, t.global_batch_size, seed)
