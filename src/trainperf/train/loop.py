@@ -124,7 +124,7 @@ def evaluate(model: torch.nn.Module, ev: EvalSet, r: Recipe, env: DistEnv, batch
     """(nats per byte, mean token loss) over the fixed eval set; data-parallel ranks split the windows."""
     model.eval()
     dp_rank, dp_size = dp_info(r.parallel, env)
-    total = torch.zeros(2, dtype=torch.float64)
+    loss_sum = torch.zeros(1, dtype=torch.float64)
     for inputs, targets in zip(ev.inputs, ev.targets):
         # every rank runs the same number of forwards (sharded models gather weights collectively
         # in each one); a rank past the end repeats the first batch and scores nothing
@@ -136,13 +136,11 @@ def evaluate(model: torch.nn.Module, ev: EvalSet, r: Recipe, env: DistEnv, batch
             y = targets[i:i + batch].to(env.device)
             with autocast_ctx(r, env.device):
                 losses = model(x, y)
-            if scored:
-                total[0] += losses.double().sum().cpu()
-                total[1] += losses.numel()
+            if scored:  # unscored targets (fine-tuning prompts) have loss 0: the sum is over scored ones
+                loss_sum += losses.double().sum().cpu()
     model.train()
-    total = env.all_reduce_sum(total.to(env.device)).cpu()
-    loss_sum = float(total[0])
-    return loss_sum / ev.target_bytes, loss_sum / ev.target_tokens
+    total = float(env.all_reduce_sum(loss_sum.to(env.device)).cpu())
+    return total / ev.target_bytes, total / ev.target_tokens
 
 
 def warm_up_compiled(model: torch.nn.Module, opt: torch.optim.Optimizer, ev: EvalSet, r: Recipe,
