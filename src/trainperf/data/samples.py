@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from trainperf.data.corpus import DataError, corpus_files, held_out, read_rows
-from trainperf.data.shards import _dtype_for, _sha256_file, atomic_dir, with_val
+from trainperf.data.shards import PreparedData, _dtype_for, _sha256_file, atomic_dir, with_val
 from trainperf.data.tokenizer import Tokenizer, load_tokenizer
 
 IGNORE = -100  # the label of a position that is not scored (F.cross_entropy's ignore_index)
@@ -143,24 +143,13 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
 
 
 @dataclass
-class SampleData:
+class SampleData(PreparedData):
     """A prepared samples folder opened for reading (memmaps)."""
 
-    path: Path
-    meta: dict
-    tokenizer: Tokenizer
     train_ids: np.ndarray
     train_labels: np.ndarray
     val_ids: np.ndarray
     val_labels: np.ndarray
-
-    @property
-    def fingerprint(self) -> str:
-        return self.meta["fingerprint"]
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.meta["vocab_size"])
 
     @property
     def row_len(self) -> int:

@@ -114,15 +114,12 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
 
 
 @dataclass
-class TokenData:
-    """A prepared data folder opened for reading."""
+class PreparedData:
+    """What every prepared folder has, whatever it holds: its meta.json and its tokenizer."""
 
     path: Path
     meta: dict
     tokenizer: Tokenizer
-    train: np.ndarray  # memmap
-    val: np.ndarray  # memmap
-    val_index: np.ndarray  # (docs, 2): tokens, bytes
 
     @property
     def fingerprint(self) -> str:
@@ -131,6 +128,15 @@ class TokenData:
     @property
     def vocab_size(self) -> int:
         return int(self.meta["vocab_size"])
+
+
+@dataclass
+class TokenData(PreparedData):
+    """A prepared token-stream folder opened for reading."""
+
+    train: np.ndarray  # memmap
+    val: np.ndarray  # memmap
+    val_index: np.ndarray  # (docs, 2): tokens, bytes
 
 
 def open_dataset(path: str | Path, verify: bool = True) -> TokenData:
