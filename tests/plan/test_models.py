@@ -135,3 +135,26 @@ def test_lora_evaluation_costs_follow_the_rounds_software():
     assert e41.step_time_s == pytest.approx(e50.step_time_s)
     assert e41.eval_s / e41.evals - e50.eval_s / e50.evals == pytest.approx(0.8)
     assert e41.overhead_s == pytest.approx(cal.run_overhead_s + 8.5) and e50.overhead_s == pytest.approx(cal.run_overhead_s)
+
+
+def test_fp4_runs_only_its_share_of_gemm_work_at_the_fp4_rate():
+    from dataclasses import replace
+
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import cluster, get_gpu
+    from trainperf.plan.perf import Model
+    from trainperf.plan.workload import load_benchmark
+
+    b = load_benchmark("llama31_405b", "5.1")
+    base = load_calibration()
+
+    def gemm_seconds(share: float, precision: str) -> float:
+        m = Model(b, cluster(get_gpu("gb300"), 512), replace(base, fp4_share=share), "5.1")
+        return m._layer(2, 2, 1, precision, "none")["compute"]
+
+    fp8, fp4_all, fp4_none = gemm_seconds(0.7, "fp8"), gemm_seconds(1.0, "fp4"), gemm_seconds(0.0, "fp4")
+    assert fp4_none == pytest.approx(fp8)  # no share at the FP4 rate: FP8's time
+    assert fp4_all < fp8
+    # Amdahl: a share phi of the GEMM FLOPs at the FP4 rate and the rest at FP8's, so the seconds
+    # are linear in phi (attention and the adapters run in BF16 either way)
+    assert gemm_seconds(0.7, "fp4") == pytest.approx(fp8 + 0.7 * (fp4_all - fp8), rel=1e-9)

@@ -144,6 +144,11 @@ class Model:
         c, g = self.cfg, self.gpu
         tokens = mbs * c.seq_len / cp  # tokens a rank processes per micro-batch
         peak_mm = g.peak(precision) * self.eff
+        if precision == "fp4":
+            # NVFP4 training keeps part of the GEMM work in FP8 (sensitive layers, scaled
+            # transforms); the fitted share runs at the FP4 rate, the rest at FP8's (Amdahl).
+            phi = self.cal.fp4_share
+            peak_mm = 1.0 / (phi / peak_mm + (1 - phi) / (g.peak("fp8") * self.eff))
         peak_bf16 = g.peak("bf16") * self.eff
         gemm_f = 0.0
         for gm in layer_gemms(c, tp):

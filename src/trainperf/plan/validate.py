@@ -26,7 +26,7 @@ FIT_SUBMITTERS = ("NVIDIA",)
 PARAMS = {  # name -> (lower, upper) bounds for the fit
     "eff:hopper": (0.2, 0.95), "eff:blackwell": (0.2, 0.95), "eff:blackwell_ultra": (0.2, 0.95),
     "attn_ratio": (0.2, 1.0), "overlap": (0.0, 1.0), "run_overhead_s": (0.0, 300.0),
-    "step_overhead_s": (0.0, 0.2),
+    "step_overhead_s": (0.0, 0.2), "fp4_share": (0.0, 1.0),
 }
 
 
