@@ -34,6 +34,11 @@ def add_parser(sub, common) -> None:
     p.add_argument("--gbs", type=int, default=None, help="global batch (default: searched inside the RCP range)")
     p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], default=None,
                    help="matmul format (default: the fastest the GPU has)")
+    p.add_argument("--samples", type=float, default=None, metavar="N",
+                   help="training samples to reach the target (default: the RCP mean at the global batch)")
+    p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
+                   help="take samples to the target (and the global batch) from MLPerf result logs: "
+                        "olympic mean over their converged runs")
     p.add_argument("--top", type=int, default=5, help="layouts to list")
     p.add_argument("--calibrate", metavar="RUNDIR", default=None,
                    help="refit the compute efficiency from a trainperf run's summary.json")
@@ -65,6 +70,20 @@ def _calibration(args):
     return cal, note
 
 
+def _convergence(args):
+    from trainperf.plan import convergence
+    from trainperf.plan.workload import load_benchmark
+
+    if args.samples is not None and args.samples_from:
+        raise CLIError("give --samples or --samples-from, not both")
+    if args.samples is not None:
+        return convergence.given(args.samples)
+    if args.samples_from:
+        b = load_benchmark(args.what)
+        return convergence.from_logs(args.samples_from, b.mlperf, b.model.seq_len)
+    return None
+
+
 def cmd_plan(args) -> int:
     from trainperf.config import ConfigError
 
@@ -91,13 +110,15 @@ def cmd_plan(args) -> int:
 
     cal, note = _calibration(args)
     layout = parse_layout(args.layout) if args.layout else None
+    conv = _convergence(args)
     try:
         plan = make_plan(args.what, args.gpu, n, network=args.network, layout=layout, gbs=args.gbs,
-                         precision=args.precision, calib=cal, top=args.top)
+                         precision=args.precision, calib=cal, top=args.top, convergence=conv)
         other = None
         if args.vs:
             other = make_plan(plan.bench, args.vs, n, network=args.network, layout=layout, gbs=args.gbs,
-                              precision=args.precision if args.precision else None, calib=cal, top=args.top)
+                              precision=args.precision if args.precision else None, calib=cal, top=args.top,
+                              convergence=conv)
     except PlanError as e:
         raise CLIFailure(str(e)) from None
     except ConfigError:
@@ -118,7 +139,7 @@ def cmd_plan(args) -> int:
 
 
 def _validate(args) -> int:
-    from trainperf.plan.validate import load_results, summary, validate
+    from trainperf.plan.validate import check_anchors, load_results, summary, validate
 
     cal, _ = _calibration(args)
     results = load_results()
@@ -128,8 +149,10 @@ def _validate(args) -> int:
             raise CLIError(f"--benchmark: no published rows for '{args.only}'")
     rows = validate(cal, results)
     s = summary(rows)
+    anchors, speedup = check_anchors(cal) if not args.only else ([], None)
     if args.json:
-        out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source}, "rows": [
+        out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source},
+               "anchors": [a.to_dict() for a in anchors], "speedup": speedup, "rows": [
             {"round": r.result.round, "benchmark": r.result.benchmark, "submitter": r.result.submitter,
              "accelerator": r.result.accelerator, "gpus": r.result.n_gpus, "global_batch_size": r.result.gbs,
              "actual_minutes": r.result.minutes, "split": "fit" if r.result.fit else "held_out",
@@ -140,6 +163,8 @@ def _validate(args) -> int:
         print(json.dumps(out, indent=1))
         return 0
     print_validation(rows, s, cal)
+    if anchors:
+        print_anchors(anchors, speedup)
     return 0
 
 
@@ -212,9 +237,11 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
                   f"{e.memory.total / 1e9:.1f}", str(L.tp), str(L.pp), str(L.vpp), str(L.dp), str(L.cp),
                   str(L.mbs), str(L.gbs), L.recompute, L.precision)
     c.print(t)
+    conv_src = (plan.convergence.source if plan.convergence else
+                f"RCP {best.rcp_ruleset}{'' if best.gbs_in_rcp_range else ', OUTSIDE the RCP range'}")
     c.print(f"best: [bold]{best.minutes:.3f} min[/] = {best.steps:,.0f} steps x {best.step_time_s:.3f} s "
-            f"({best.samples:,.0f} samples to target at GBS {best.layout.gbs}, RCP {best.rcp_ruleset}"
-            f"{'' if best.gbs_in_rcp_range else ', OUTSIDE the RCP range'}) + {best.evals:.1f} evals "
+            f"({best.samples:,.0f} samples to target at GBS {best.layout.gbs}, {conv_src}"
+            f") + {best.evals:.1f} evals "
             f"({best.eval_s / 60:.3f} min) + {best.overhead_s / 60:.3f} min fixed; "
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
     if explain:
@@ -290,6 +317,30 @@ def print_validation(rows, s, cal) -> None:
         m.add_row(bname, str(f.get("rows", 0)), fm, str(h.get("rows", 0)), hm)
     c.print(m)
     c.print(f"calibration: {cal.fitted_on}")
+
+
+def print_anchors(anchors, speedup) -> None:
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title="the article's checks: published vs predicted minutes (all held out of the fit)")
+    for col in ("result", "published", "searched layout", "submitted layout", "as run"):
+        t.add_column(col, justify="left" if col == "result" else "right")
+
+    def cell(m: float | None, pub: float) -> str:
+        return "-" if m is None else f"{m:.3f} ({100 * (m / pub - 1):+.1f}%)"
+
+    for a in anchors:
+        t.add_row(a.name, f"{a.published:.3f}", cell(a.searched.minutes, a.published),
+                  cell(a.submitted.minutes, a.published), cell(a.as_run_minutes, a.published))
+    if speedup:
+        t.add_row(speedup["name"], f"{speedup['published']:.2f}x", f"{speedup['searched']:.2f}x",
+                  f"{speedup['submitted_layout']:.2f}x",
+                  "-" if speedup["as_run"] is None else f"{speedup['as_run']:.2f}x")
+    c.print(t)
+    c.print("searched: the layout search and the RCP-mean convergence, what `plan` predicts; submitted: "
+            "the layout of the submission's config; as run: that layout with the submitter's own samples to "
+            "converge and evaluation count from its result logs (plan/data/anchors.toml)")
 
 
 def print_sweep(bench, points, plot) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration, load_calibration
+from trainperf.plan.convergence import Convergence
 from trainperf.plan.hardware import Cluster, cluster
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
@@ -25,6 +26,7 @@ class Plan:
     result: SearchResult
     seconds: float
     fixed: dict = field(default_factory=dict)
+    convergence: Convergence | None = None
 
     @property
     def best(self) -> Estimate:
@@ -38,6 +40,9 @@ class Plan:
             "gpu": self.cluster.gpu.key, "gpu_name": self.cluster.gpu.name, "gpus": self.cluster.n_gpus,
             "network": self.cluster.network.key, "nvlink_domain": self.cluster.gpu.nvlink_domain,
             **b.to_dict(),
+            "convergence": (self.convergence.to_dict() if self.convergence else
+                            {"samples": round(b.samples, 1), "global_batch": b.layout.gbs, "runs": None,
+                             "source": f"RCP mean ({b.rcp_ruleset})"}),
             "layouts": [e.to_dict() for e in self.result.best[1:]],
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
                        "fixed": self.fixed},
@@ -51,14 +56,21 @@ class Plan:
 def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None = None,
               layout: dict | None = None, gbs: int | None = None, precision: str | None = None,
               calib: Calibration | None = None, top: int = 5, round_: str | None = None,
-              ceiling: str = "fp4") -> Plan:
+              ceiling: str = "fp4", convergence: Convergence | None = None) -> Plan:
+    """The best layouts for `bench` on `n_gpus` x `gpu`. `convergence` replaces the RCP mean with
+    known samples to the target; runs read from logs also fix the global batch they used."""
     b = bench if isinstance(bench, Benchmark) else load_benchmark(bench, round_)
     cl = cluster(gpu, n_gpus, network)
     cal = calib or load_calibration()
-    model = Model(b, cl, cal, round_)
+    model = Model(b, cl, cal, round_, samples=convergence.samples if convergence else None)
     fix = dict(layout or {})
     if "gbs" in fix:
         gbs = fix.pop("gbs")
+    if convergence and convergence.gbs:
+        if gbs is not None and gbs != convergence.gbs:
+            raise ConfigError(f"--gbs {gbs}: the runs in --samples-from converged at global batch "
+                              f"{convergence.gbs}; samples to converge depend on the batch, so plan at that one")
+        gbs = convergence.gbs
     if "precision" in fix:
         precision = fix.pop("precision")
     if precision and precision not in cl.gpu.precisions():
@@ -84,7 +96,8 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
         raise PlanError(f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout{' matching --layout' if fix else ''} "
                         f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
                         f"dp*mbs must divide the global batch)")
-    return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {})
+    return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {},
+                convergence=convergence)
 
 
 def _spec(lay: Layout) -> str:

@@ -65,7 +65,7 @@ class Estimate:
     mfu: float  # model FLOPs / (N · dense peak of the matmul precision used)
     mfu_bf16: float  # the same against the dense BF16 peak (comparable across precisions)
     tokens_per_s: float
-    samples: float  # to reach the target (RCP mean)
+    samples: float  # to reach the target (RCP mean, or as given)
     rcp_ruleset: str
     gbs_in_rcp_range: bool
     steps: float
@@ -105,8 +105,12 @@ class Model:
     """The performance model of one benchmark on one cluster; caches per-shape layer costs so the
     search can evaluate thousands of layouts quickly."""
 
-    def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None):
+    def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None,
+                 samples: float | None = None):
+        """`samples`: training samples to reach the target, when known (a submitter's own
+        convergence, read from its logs); otherwise the RCP mean at each global batch."""
         self.b, self.cl, self.cal = bench, cl, calib
+        self.samples_given = samples
         self.cfg = bench.model
         self.gpu = cl.gpu
         self.eff = calib.efficiency(cl.gpu.generation)
@@ -317,6 +321,8 @@ class Model:
         return L * p["lora_layer"] if self.b.lora else L * p["layer"] / lay.tp + p["emb"] / lay.tp
 
     def _samples(self, gbs: int) -> tuple[float, bool]:
+        if self.samples_given is not None:
+            return self.samples_given, True
         hit = self._samples_cache.get(gbs)
         if hit is None:
             hit = samples_to_converge(self.b.mlperf, gbs, self.ruleset, self.b.rcp_unit, self.cfg.seq_len)
