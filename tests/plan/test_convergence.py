@@ -6,7 +6,8 @@ import pytest
 
 from trainperf.cli.main import main
 from trainperf.config import ConfigError
-from trainperf.plan.convergence import from_logs, given, olympic_mean
+from trainperf.plan.convergence import from_logs, given
+from trainperf.plan.rcp import olympic_mean
 
 
 def _log(path, samples: int, status: str = "success", gbs: int = 64, bench: str = "llama2_70b_lora") -> None:

@@ -87,6 +87,9 @@ def _convergence(args):
 def cmd_plan(args) -> int:
     from trainperf.config import ConfigError
 
+    if args.what in ("validate", "calibrate", "sweep") and (args.samples is not None or args.samples_from):
+        raise CLIError(f"plan {args.what}: --samples/--samples-from apply to one plan, not to '{args.what}'")
+
     if args.what == "validate":
         return _validate(args)
     if args.what == "calibrate":

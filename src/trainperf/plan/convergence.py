@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
+from trainperf.plan.rcp import olympic_mean
 
 
 @dataclass(frozen=True)
@@ -24,14 +25,6 @@ class Convergence:
 
     def to_dict(self) -> dict:
         return {"samples": round(self.samples, 1), "global_batch": self.gbs, "runs": self.runs, "source": self.source}
-
-
-def olympic_mean(xs: list[float]) -> float:
-    """MLPerf's rule: drop the single lowest and highest, average the rest (plain mean under 3)."""
-    xs = sorted(xs)
-    if len(xs) >= 3:
-        xs = xs[1:-1]
-    return sum(xs) / len(xs)
 
 
 def given(samples: float) -> Convergence:

@@ -48,7 +48,8 @@ def ruleset_for(benchmark: str, round_: str | None) -> str:
     return older[-1] if older else have[0]
 
 
-def _olympic(xs: list[float]) -> float:
+def olympic_mean(xs: list[float]) -> float:
+    """MLPerf's rule: drop the single lowest and highest, average the rest (plain mean under 3)."""
     xs = sorted(xs)
     if len(xs) > 2:
         xs = xs[1:-1]
@@ -64,7 +65,7 @@ def load_rcps(benchmark: str, ruleset: str) -> tuple[RCP, ...]:
     pts = []
     for rec in raw.values():
         vals = rec.get("samples to converge") or rec.get("Epochs to converge")
-        pts.append(RCP(gbs=int(rec["BS"]), mean=_olympic([float(v) for v in vals]), points=len(vals)))
+        pts.append(RCP(gbs=int(rec["BS"]), mean=olympic_mean([float(v) for v in vals]), points=len(vals)))
     pts.sort(key=lambda r: r.gbs)
     return tuple(pts)
 
