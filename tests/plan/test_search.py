@@ -37,6 +37,8 @@ def test_catalog_lookups():
     assert gpu_for_result("NVIDIA Blackwell Ultra GPU (GB300)").key == "gb300"
     assert gpu_for_result("NVIDIA H200-SXM5-141GB").key == "h200"
     assert gpu_for_result("TPU-v5p") is None
+    # an NVL or PCIe card is not the SXM part of the same name
+    assert gpu_for_result("NVIDIA H200-NVL-141GB") is None and gpu_for_result("NVIDIA H100 PCIe") is None
     with pytest.raises(ConfigError, match="unknown GPU"):
         get_gpu("h900")
 

@@ -163,6 +163,8 @@ _RESULT_NAMES = [("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b20
 def gpu_for_result(accelerator: str) -> GPU | None:
     """The catalog GPU an MLPerf result's accelerator column names, or None (TPU, Gaudi, AMD, L40S)."""
     s = accelerator.lower().replace(" ", "").replace("-", "")
+    if ("nvl" in s or "pcie" in s) and not ("gb200" in s or "gb300" in s):
+        return None  # H100/H200 NVL and PCIe cards: lower clocks and power, NVLink bridges; not the SXM parts
     for needle, key in _RESULT_NAMES:
         if needle in s:
             return gpus()[key]
