@@ -250,7 +250,6 @@ def load_anchors(path: Path | None = None) -> dict:
 def check_anchors(calib: Calibration, path: Path | None = None) -> tuple[list[AnchorCheck], dict | None]:
     """Each anchor predicted three ways, and the speed-up between the two named in [speedup]."""
     from trainperf.plan.api import make_plan
-    from trainperf.plan.convergence import given
     from trainperf.plan.search import parse_layout
 
     data = load_anchors(path)
@@ -262,11 +261,13 @@ def check_anchors(calib: Calibration, path: Path | None = None) -> tuple[list[An
         submitted = make_plan(a["benchmark"], a["gpu"], a["gpus"], layout=lay, **kw).best
         as_run = None
         if "logged_samples" in a:
-            e = make_plan(a["benchmark"], a["gpu"], a["gpus"], layout=lay,
-                          convergence=given(a["logged_samples"]), **kw).best
+            # the same layout, so the same step and evaluation times: only the step count (the
+            # submitter's own samples) and the evaluation count (it may evaluate before the rules'
+            # skip ends) change
+            e = submitted
             lo, hi = a["logged_evals"]
-            # the submitter's own evaluation count: it may evaluate before the rules' skip ends
-            as_run = (e.train_s + (lo + hi) / 2 * e.eval_s / e.evals + e.overhead_s) / 60
+            as_run = (a["logged_samples"] / e.layout.gbs * e.step_time_s + (lo + hi) / 2 * e.eval_s / e.evals
+                      + e.overhead_s) / 60
         out.append(AnchorCheck(a["name"], a["published_minutes"], searched, submitted, as_run,
                                a.get("logged_step_s"), a.get("logged_samples")))
     sp = data.get("speedup")
