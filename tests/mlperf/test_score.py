@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +74,107 @@ def test_olympic_score_rule():
     assert not olympic_score([1.0] * 8, 2, 10).valid
     assert "needs 10" in olympic_score([1.0] * 9, 0, 10).message
     assert "exactly 3" in olympic_score([1.0] * 4, 0, 3).message
+
+
+def _rule(scores, failed):
+    """MLPerf's scoring rule written out: sort, drop the fastest, and drop the slowest unless a failed
+    run (which counts as slowest) is the one dropped; the mean of the rest."""
+    kept = sorted(scores)[1:len(scores) - (1 - failed)]
+    return sum(kept) / len(kept) if kept else None
+
+
+def test_package_olympic_average_is_the_rule():
+    """trainperf scores with mlperf-logging's private `_compute_olympic_average`; pyproject.toml pins
+    the range it was tested with. A release that moves, renames or changes it fails here."""
+    from importlib.metadata import version
+
+    from trainperf.mlperf.score import TESTED_MLPERF_LOGGING, olympic_average
+
+    where = (f"mlperf-logging {version('mlperf-logging')}: result_summarizer._compute_olympic_average "
+             f"(tested {TESTED_MLPERF_LOGGING}, see pyproject.toml)")
+    try:
+        fn = olympic_average()
+    except ScoreError as e:
+        pytest.fail(f"{where} is gone: {e}")
+    cases = [([5.0, 1.0, 2.0, 3.0, 100.0], 0), ([97, 98, 100, 100, 100, 101, 102, 103, 105], 1),
+             ([240, 260, 250], 0), ([240, 260], 1), ([7.5] * 10, 0), ([1.0, 2.0], 0)]
+    for scores, failed in cases:
+        got, want = fn(list(scores), failed, 1), _rule(scores, failed)
+        assert got == (pytest.approx(want) if want is not None else None), \
+            f"{where} no longer follows the rule: {scores}, {failed} failed -> {got}, the rule gives {want}"
+    assert _rule([5.0, 1.0, 2.0, 3.0, 100.0], 0) == pytest.approx(10 / 3)  # the rule itself, by hand
+    assert _rule([1.0, 2.0], 0) is None
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert f'"mlperf-logging{TESTED_MLPERF_LOGGING}"' in pyproject, "pyproject.toml and score.py name other ranges"
+
+
+def _mllog(path, recs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME",
+                                                      "key": k, "value": v, "metadata": m}) + "\n"
+                            for t, k, v, m in recs))
+
+
+def _tiny_attempt(path, seed, start_ms, stop_ms, status="success", restarts=None):
+    recs = [(start_ms - 500, "submission_benchmark", "tiny", {}), (start_ms - 400, "seed", seed, {})]
+    if restarts is not None:
+        recs.append((start_ms - 300, "restarts", restarts, {}))
+    recs += [(start_ms, "run_start", None, {}), (stop_ms, "run_stop", None, {"status": status})]
+    _mllog(path, recs)
+
+
+def test_restarted_run_is_marked_and_not_counted(tmp_path, monkeypatch, capsys):
+    """Five tiny runs, one restarted once: its log times the last attempt (1 min), the whole wall
+    clock from the first attempt's run_start is 9 min. (The checker is replaced by a pass: these
+    logs are hand-written and carry only the keys scoring reads; the checker has its own tests.)"""
+    import trainperf.mlperf.score as score_mod
+    from trainperf.mlperf.check import CheckResult
+
+    monkeypatch.setattr(score_mod, "check_log", lambda *a, **k: CheckResult(True, [], ""))
+    minute = 60_000
+    for seed, minutes in enumerate([2.0, 3.0, 4.0, 5.0]):
+        _tiny_attempt(tmp_path / f"r{seed}" / f"result_{seed}.txt", seed, 10 * minute, (10 + minutes) * minute)
+    re = tmp_path / "r4"
+    _tiny_attempt(re / "attempts" / "1" / "result_4.txt", 4, 10 * minute, 16 * minute, status="aborted")
+    (re / "attempts" / "1" / "attempt.json").write_text(json.dumps({"reached_step": 7, "resumed_from_step": 4}))
+    _tiny_attempt(re / "result_4.txt", 4, 18 * minute, 19 * minute, restarts=1)
+    dirs = [tmp_path / f"r{i}" for i in range(5)]
+
+    rep = score_dirs(dirs)
+    (r4,) = [r for r in rep.runs if r.seed == 4]
+    assert (r4.restarts, r4.minutes, r4.wall_minutes, r4.ok) == (1, 1.0, 9.0, False)
+    assert "restarted 1x" in r4.problem and "whole wall clock" in r4.problem and "--count-restarts" in r4.problem
+    # it counts as failed (not at its 1-minute last attempt): fastest dropped, the rest kept
+    assert rep.score.valid and rep.score.failed == 1 and rep.score.minutes == pytest.approx((3 + 4 + 5) / 3)
+    assert not rep.ok
+    counted = score_dirs(dirs, count_restarts=True)
+    assert counted.ok and counted.score.minutes == pytest.approx((3 + 4 + 5) / 3)  # 9 min: the slowest, dropped
+    assert [r.score_minutes for r in counted.runs if r.seed == 4] == [9.0]
+
+    assert main(["score", *map(str, dirs)]) == 1
+    out = capsys.readouterr().out
+    assert "success*" in out and "restarted 1x" in out and "9.0000 min" in out
+    assert main(["score", "--json", "--count-restarts", *map(str, dirs)]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["runs"] if r["seed"] == 4)
+    assert (row["restarts"], row["wall_clock_minutes"], row["scored_minutes"], row["counted"]) == (1, 9.0, 9.0, True)
+
+
+def test_restart_is_seen_from_the_summary_or_the_log_alone(tmp_path):
+    """Logs copied without attempts/: the summary's or the log's `restarts` still marks the run, and
+    with no earlier log there is no whole wall clock to score it at."""
+    from trainperf.mlperf.score import restart_info
+
+    _tiny_attempt(tmp_path / "a" / "result_0.txt", 0, 0, 60_000, restarts=2)
+    _tiny_attempt(tmp_path / "b" / "result_0.txt", 0, 0, 60_000)
+    (tmp_path / "b" / "summary.json").write_text(json.dumps({"restarts": 1}))
+    _tiny_attempt(tmp_path / "c" / "result_0.txt", 0, 0, 60_000)
+    (tmp_path / "c" / "summary.json").write_text(json.dumps({"restarts": 0}))
+    assert restart_info(read_log(tmp_path / "a" / "result_0.txt")) == (2, None)
+    assert restart_info(read_log(tmp_path / "b" / "result_0.txt")) == (1, None)
+    assert restart_info(read_log(tmp_path / "c" / "result_0.txt")) == (0, None)
+    r = read_log(tmp_path / "a" / "result_0.txt")
+    r.restarts, r.wall_minutes, r.count_restarts = 2, None, True
+    assert r.score_minutes is None and "missing" in r.problem
 
 
 def _rcp_log(path, samples, gbs=32, status="success"):

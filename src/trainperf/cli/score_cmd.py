@@ -16,6 +16,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                    help="run directories (result_*.txt), or folders of them (e.g. run --seeds output)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--count-restarts", action="store_true",
+                   help="score a restarted run (earlier attempts in RUN/attempts/) at its whole wall clock, "
+                        "first run_start to the final run_stop, as MLPerf counts it; without this flag such "
+                        "a run is marked and counts as failed, since its log times the last attempt only")
     p.set_defaults(handler=cmd_score)
 
     q = sub.add_parser("package", parents=[common],
@@ -43,8 +47,11 @@ def print_report(rep, out=None) -> None:
     for r in rep.runs:
         conv = (r.tokens if rep.benchmark == "gpt3" else r.samples) if r.converged else None
         verdict = "pass" if r.check and r.check.passed else f"FAIL: {r.check.first_error}" if r.check else "-"
-        print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {str(r.status or 'truncated'):<9}  "
+        status = str(r.status or "truncated") + ("*" if r.restarts else "")
+        print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {status:<9}  "
               f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {verdict}", file=out)
+        if r.restarts:
+            print(f"  {'':<{w}}  * {r.restart_note}", file=out)
         if r.check and len(r.check.errors) > 1:
             more = r.check.errors[1:4] + ([f"(+{len(r.check.errors) - 4} more; --json lists all)"]
                                           if len(r.check.errors) > 4 else [])
@@ -62,11 +69,11 @@ def print_report(rep, out=None) -> None:
         print(f"RCP: not checked ({rcp.message})", file=out)
 
 
-def _score(dirs: list[Path], as_json: bool) -> int:
+def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False) -> int:
     from trainperf.mlperf.score import ScoreError, score_dirs
 
     try:
-        rep = score_dirs(dirs)
+        rep = score_dirs(dirs, count_restarts=count_restarts)
     except ScoreError as e:
         raise CLIFailure(str(e)) from None
     if as_json:
@@ -77,7 +84,7 @@ def _score(dirs: list[Path], as_json: bool) -> int:
 
 
 def cmd_score(args) -> int:
-    return _score(args.dirs, args.json)
+    return _score(args.dirs, args.json, args.count_restarts)
 
 
 def cmd_package(args) -> int:

@@ -7,6 +7,12 @@
   minutes: the required number of runs, fastest and slowest dropped; one failed run may stand in for
   the slowest, two or more make the result invalid. A run that did not end with status `success`
   counts as failed (the package's summarizer does not look at the status; its RCP checker does).
+  That function is private to the package, so `pyproject.toml` pins the range it was tested with and
+  a test compares it with the rule on known inputs.
+- A restarted run (earlier attempts in `<run>/attempts/N/`, `restarts` in its log or summary) is
+  marked: its log times the last attempt only, while MLPerf counts the whole wall clock, from the
+  first attempt's run_start to the final run_stop. It is not counted (it counts as failed) unless
+  `count_restarts`, which scores it at that whole wall clock.
 - The RCP check is the package's `rcp_checker.check_directory`, run on a private copy of the logs (it
   writes scaling.json next to them), where the package has RCPs for the benchmark and ruleset.
 """
@@ -44,14 +50,29 @@ class RunLog:
     tokens: int | None = None  # epoch_num of that eval_accuracy (gpt3: training tokens)
     bad_lines: int = 0
     check: CheckResult | None = None
+    start_ms: float | None = None  # run_start's time_ms (milliseconds since the epoch)
+    stop_ms: float | None = None
+    logged_restarts: int = 0  # the log's own `restarts` event, 0 when it has none
+    restarts: int = 0  # earlier attempts of this run, from every source (see restart_info)
+    wall_minutes: float | None = None  # first attempt's run_start to the final run_stop
+    count_restarts: bool = False  # score a restarted run at its whole wall clock
 
     @property
     def converged(self) -> bool:
         return self.status == "success"
 
     @property
+    def score_minutes(self) -> float | None:
+        """The minutes this run is scored at: the log's for a run that never restarted, the whole
+        wall clock for a restarted one when restarts count, else none."""
+        if not self.restarts:
+            return self.minutes
+        return self.wall_minutes if self.count_restarts else None
+
+    @property
     def ok(self) -> bool:
-        return self.converged and self.check is not None and self.check.passed and self.minutes is not None
+        return (self.converged and self.check is not None and self.check.passed
+                and self.score_minutes is not None)
 
     @property
     def problem(self) -> str:
@@ -64,7 +85,22 @@ class RunLog:
             return f"did not converge (status {self.status})"
         if self.minutes is None:
             return "no run_start / run_stop times"
+        if self.restarts and self.score_minutes is None:
+            return self.restart_note
         return ""
+
+    @property
+    def restart_note(self) -> str:
+        """What a restart means for this run's time ("" for a run that never restarted)."""
+        if not self.restarts:
+            return ""
+        head = (f"restarted {self.restarts}x: the log times the last attempt only "
+                f"({self.minutes:.4f} min); MLPerf counts the whole wall clock")
+        if self.wall_minutes is None:
+            return head + ", and the earlier attempts' logs (attempts/N/) are missing"
+        if self.count_restarts:
+            return head + f", scored at {self.wall_minutes:.4f} min (first run_start to the final run_stop)"
+        return head + f" ({self.wall_minutes:.4f} min); not counted (--count-restarts scores it so)"
 
 
 def read_log(path: Path) -> RunLog:
@@ -94,11 +130,14 @@ def read_log(path: Path) -> RunLog:
             run.gbs = _int(value)
         elif key == "run_start" and start is None:
             start = t
+        elif key == "restarts":
+            run.logged_restarts = _int(value) or 0
         elif key == "eval_accuracy" and stop is None:
             last_eval = meta
         elif key == "run_stop" and stop is None:
             stop = t
             run.status = str(meta.get("status", ""))
+    run.start_ms, run.stop_ms = start, stop
     if start is not None and stop is not None:
         run.minutes = (stop - start) / 60000.0
     if last_eval is not None:
@@ -135,6 +174,30 @@ def find_results(dirs: list[Path]) -> list[Path]:
     return uniq
 
 
+def restart_info(run: RunLog) -> tuple[int, float | None]:
+    """(earlier attempts, whole wall-clock minutes or None) of the run whose final log is `run`.
+
+    Any of three sources says the run restarted: the earlier attempts' files that the checkpointer
+    moved to `<run>/attempts/N/`, `restarts` in the run's summary.json, the log's `restarts` event.
+    The wall clock runs from the earliest run_start among the attempts' logs to the final run_stop."""
+    run_dir = run.path.parent
+    earlier = sorted(run_dir.glob(f"attempts/*/{run.path.name}"))
+    attempt_dirs = [d for d in (run_dir / "attempts").glob("*") if d.name.isdigit()] \
+        if (run_dir / "attempts").is_dir() else []
+    summary_restarts = 0
+    try:
+        summary_restarts = int(json.loads((run_dir / "summary.json").read_text()).get("restarts") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    n = max(len(attempt_dirs), summary_restarts, run.logged_restarts)
+    if n == 0 or run.stop_ms is None:
+        return n, None
+    starts = [s for s in (read_log(p).start_ms for p in earlier) if s is not None]
+    if not starts:
+        return n, None
+    return n, (run.stop_ms - min(starts + [run.start_ms or run.stop_ms])) / 60000.0
+
+
 def rules_for(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
     """(ruleset, custom YAML or None) for a benchmark: the package's rules for the official ones,
     the run's own compliance.yaml or trainperf's YAML for ours."""
@@ -167,6 +230,25 @@ def required_runs(benchmark: str, log_dir: Path) -> int:
         return 5
 
 
+# The mlperf-logging versions whose private olympic average trainperf was tested with; pyproject.toml
+# accepts this range, and tests/mlperf/test_score.py checks the function against the rule.
+TESTED_MLPERF_LOGGING = ">=4.1.68,<4.2"
+
+
+def olympic_average():
+    """The package's `_compute_olympic_average(scores, dropped, max_dropped)`; a one-line error when
+    an mlperf-logging release moved or renamed it."""
+    try:
+        from mlperf_logging.result_summarizer.result_summarizer import _compute_olympic_average
+    except ImportError as e:
+        from importlib.metadata import version
+
+        raise ScoreError(f"mlperf-logging {version('mlperf-logging')} has no "
+                         f"result_summarizer._compute_olympic_average ({e}); trainperf's scoring is tested "
+                         f"with mlperf-logging{TESTED_MLPERF_LOGGING}") from None
+    return _compute_olympic_average
+
+
 @dataclass
 class Score:
     valid: bool
@@ -190,9 +272,7 @@ def olympic_score(minutes: list[float], failed: int, required: int) -> Score:
     if failed > 1:
         return Score(False, None, None, required, len(minutes), failed,
                      f"invalid: {failed} runs failed or did not converge; at most 1 may")
-    from mlperf_logging.result_summarizer.result_summarizer import _compute_olympic_average
-
-    value = _compute_olympic_average(sorted(minutes), failed, 1)
+    value = olympic_average()(sorted(minutes), failed, 1)
     if value is None:
         return Score(False, None, None, required, len(minutes), failed, "invalid: no run left after dropping")
     why = "fastest and slowest dropped" if failed == 0 else "fastest dropped; the failed run counts as slowest"
@@ -284,16 +364,22 @@ class Report:
                       "samples_at_last_eval": r.samples, "tokens_at_last_eval": r.tokens,
                       "checker": None if r.check is None else ("pass" if r.check.passed else "fail"),
                       "checker_errors": [] if r.check is None else r.check.errors,
+                      "restarts": r.restarts, "wall_clock_minutes": r.wall_minutes,
+                      "scored_minutes": r.score_minutes if r.ok else None,
                       "counted": r.ok, "problem": r.problem} for r in self.runs],
             "score": self.score.__dict__,
             "rcp": self.rcp.__dict__,
         }
 
 
-def score_dirs(dirs: list[Path]) -> Report:
-    """Check, score and RCP-check the result logs in `dirs` (one benchmark)."""
+def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
+    """Check, score and RCP-check the result logs in `dirs` (one benchmark). A restarted run counts
+    as failed unless `count_restarts`, which scores it at its whole wall clock."""
     paths = find_results(dirs)
     runs = [read_log(p) for p in paths]
+    for r in runs:
+        r.restarts, r.wall_minutes = restart_info(r)
+        r.count_restarts = count_restarts
     names = {r.benchmark for r in runs}
     if None in names:
         bad = next(r for r in runs if r.benchmark is None)
@@ -314,7 +400,7 @@ def score_dirs(dirs: list[Path]) -> Report:
         r.check = check_log(r.path, ruleset, config)
     required = required_runs(benchmark, runs[0].path.parent)
     good = [r for r in runs if r.ok]
-    score = olympic_score([r.minutes for r in good], len(runs) - len(good), required)
+    score = olympic_score([r.score_minutes for r in good], len(runs) - len(good), required)
     rcp = rcp_check(runs, benchmark, ruleset) if benchmark in OFFICIAL else RCPResult(
         False, None, f"no RCPs for {benchmark} (not an official benchmark)")
     if score.valid and rcp.passed and rcp.numbers.get("normalization", 1.0) > 1.0:
