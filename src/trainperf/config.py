@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import trainperf
-
-
-class ConfigError(ValueError):
-    """A recipe or override is invalid; the message names the key."""
+from trainperf.errors import ConfigError
 
 
 @dataclass

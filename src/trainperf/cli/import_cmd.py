@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from trainperf.cli.main import CLIError, CLIFailure
+from trainperf.errors import RunError, UsageError
 
 # The [model] keys printed for a recipe, in ModelConfig order; rope_theta only means something for llama.
 _KEYS = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len", "norm_eps",
@@ -33,23 +33,19 @@ def cmd_import_hf(args) -> int:
     from safetensors.torch import save_file
 
     from trainperf.model.hf import read_hf_checkpoint, read_hf_config
-    from trainperf.model.weights import CheckpointError
 
     out: Path = args.out
     if out.exists() and not args.force:
-        raise CLIFailure(f"{out}: exists; pass --force to replace it")
+        raise RunError(f"{out}: exists; pass --force to replace it")
     like = None
     if args.overrides and not args.recipe:
-        raise CLIError("import-hf: --set needs --recipe")
+        raise UsageError("import-hf: --set needs --recipe")
     if args.recipe:
         from trainperf.config import load_recipe
 
         like = load_recipe(args.recipe, args.overrides).model  # a bad recipe is a ConfigError: exit 2
-    try:
-        _, notes = read_hf_config(args.hf_dir)
-        cfg, sd = read_hf_checkpoint(args.hf_dir, like=like)
-    except CheckpointError as e:
-        raise CLIFailure(str(e)) from None
+    _, notes = read_hf_config(args.hf_dir)
+    cfg, sd = read_hf_checkpoint(args.hf_dir, like=like)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:  # temp + rename: a crash never leaves a half-written checkpoint under the final name

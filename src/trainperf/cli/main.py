@@ -12,12 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-EXIT_USAGE = 2  # bad configuration or arguments
-EXIT_FAIL = 1  # the run could not go on (data, NaN, ...)
+from trainperf.errors import EXIT_USAGE, RunError, TrainperfError, UsageError
 
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
-# parser and sets `handler=` via set_defaults; raising ConfigError/DataError/TrainError (or
-# CLIError) gives the one-line error exits below.
+# parser and sets `handler=` via set_defaults; any TrainperfError a handler raises becomes a
+# one-line message and its exit code in main().
 _SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd", "trainperf.cli.score_cmd",
                                    "trainperf.cli.import_cmd"]
 
@@ -98,7 +97,7 @@ def cmd_run(args) -> int:
     recipe = load_recipe(args.benchmark, overrides, smoke=args.smoke)
     seed = recipe.train.seed if args.seed is None else args.seed
     if args.max_steps < 0:
-        raise _usage("--max-steps must be >= 0")
+        raise UsageError("--max-steps must be >= 0")
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
         from trainperf.cli.score_cmd import run_seeds_and_score
@@ -108,7 +107,7 @@ def cmd_run(args) -> int:
     from trainperf.parallel.apply import resolve_layout
 
     if args.nproc < 0 or args.max_restarts < 0:
-        raise _usage("--nproc and --max-restarts must be >= 0")
+        raise UsageError("--nproc and --max-restarts must be >= 0")
     if args.out is None and args.resume is not None:
         from trainperf.train.checkpoint import run_dir_of
 
@@ -120,11 +119,11 @@ def cmd_run(args) -> int:
         rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
         status = launch.finished_status(out, since=started)
         if rc != 0 or status is None:
-            raise CLIFailure(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
+            raise RunError(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
                              "see their messages above")
         return 0 if status == "success" else 3
     if launch.under_torchrun() and args.out is None and args.resume is None:
-        raise _usage("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
+        raise UsageError("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
     env = init_env(args.device)
     display = RunDisplay(enabled=env.is_main, live=not args.no_progress and sys.stdout.isatty())
     tb = None
@@ -157,7 +156,7 @@ def cmd_data(args) -> int:
                      kind=args.kind, val=args.val, eod=args.eod)
     validate(Recipe(data=cfg))
     if args.kind == "samples" and args.seq_len < 2:
-        raise _usage("--kind samples needs --seq-len (the model's sequence length)")
+        raise UsageError("--kind samples needs --seq-len (the model's sequence length)")
     data = prepare(cfg, out=args.out, row_len=args.seq_len)
     m = data.meta
     if m.get("kind") == "samples":
@@ -175,7 +174,7 @@ def cmd_rules(args) -> int:
 
     path = RULES_DIR / f"{args.benchmark}.yaml"
     if not path.exists():
-        raise _usage(f"rules: no compliance YAML for '{args.benchmark}' (trainperf ships one for: "
+        raise UsageError(f"rules: no compliance YAML for '{args.benchmark}' (trainperf ships one for: "
                      f"{', '.join(p.stem for p in RULES_DIR.glob('*.yaml'))})")
     print(path)
     return 0
@@ -188,29 +187,6 @@ def cmd_recipes(args) -> int:
     return 0
 
 
-class CLIError(Exception):
-    """A usage error with a one-line message (exit 2)."""
-
-
-class CLIFailure(Exception):
-    """A failure with a one-line message (exit 1)."""
-
-
-def _usage(msg: str) -> CLIError:
-    return CLIError(msg)
-
-
-def _loaded_error_classes() -> tuple[type, ...]:
-    """Error classes of the torch-using parts, from modules the command actually imported: a
-    command that never loaded the train loop cannot have raised its error, and `trainperf plan`
-    should not pay seconds of torch import just to name them."""
-    found = []
-    for mod, name in (("trainperf.train.loop", "TrainError"), ("trainperf.train.checkpoint", "CheckpointError")):
-        if mod in sys.modules:
-            found.append(getattr(sys.modules[mod], name))
-    return tuple(found)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -220,22 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handlers = {"run": cmd_run, "data": cmd_data, "rules": cmd_rules, "recipes": cmd_recipes}
     handler = getattr(args, "handler", None) or handlers[args.cmd]
-    from trainperf.config import ConfigError
-    from trainperf.data.corpus import DataError
-
     try:
         return handler(args)
-    except (ConfigError, CLIError) as e:
+    except TrainperfError as e:
         if args.debug:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as e:
-        if args.debug or not isinstance(e, (DataError, CLIFailure, NotImplementedError, FileExistsError,
-                                            *_loaded_error_classes())):
-            raise
-        print(f"trainperf: error: {e}", file=sys.stderr)
-        return EXIT_FAIL
+        return e.exit_code
     except KeyboardInterrupt:
         print("trainperf: interrupted", file=sys.stderr)
         return 130

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from trainperf.cli.main import CLIError, CLIFailure
+from trainperf.errors import RunError, UsageError
 
 EPILOG = """examples:
   trainperf plan gpt3_175b --gpu h100 --gpus 10752
@@ -60,7 +60,7 @@ def _calibration(args):
     note = None
     if g is None:
         if not args.gpu:
-            raise CLIError(f"--calibrate: the run was on '{run.device}', not a catalog GPU; give --gpu to say "
+            raise UsageError(f"--calibrate: the run was on '{run.device}', not a catalog GPU; give --gpu to say "
                            "which generation its efficiency should stand for")
         g = get_gpu(args.gpu.split(",")[0])
         note = (f"run measured on '{run.device}' (not a catalog GPU): its efficiency is applied to "
@@ -75,7 +75,7 @@ def _convergence(args):
     from trainperf.plan.workload import load_benchmark
 
     if args.samples is not None and args.samples_from:
-        raise CLIError("give --samples or --samples-from, not both")
+        raise UsageError("give --samples or --samples-from, not both")
     if args.samples is not None:
         return convergence.given(args.samples)
     if args.samples_from:
@@ -88,7 +88,7 @@ def cmd_plan(args) -> int:
     from trainperf.config import ConfigError
 
     if args.what in ("validate", "calibrate", "sweep") and (args.samples is not None or args.samples_from):
-        raise CLIError(f"plan {args.what}: --samples/--samples-from apply to one plan, not to '{args.what}'")
+        raise UsageError(f"plan {args.what}: --samples/--samples-from apply to one plan, not to '{args.what}'")
 
     if args.what == "validate":
         return _validate(args)
@@ -96,18 +96,18 @@ def cmd_plan(args) -> int:
         return _calibrate(args)
     if args.what == "sweep":
         if not args.bench:
-            raise CLIError("plan sweep: name the benchmark, e.g. plan sweep gpt3_175b --gpu h100 --gpus 64..4096")
+            raise UsageError("plan sweep: name the benchmark, e.g. plan sweep gpt3_175b --gpu h100 --gpus 64..4096")
         return _sweep(args)
     if args.bench:
-        raise CLIError(f"plan: unexpected argument '{args.bench}'")
+        raise UsageError(f"plan: unexpected argument '{args.bench}'")
     if not args.gpu or not args.gpus:
-        raise CLIError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
+        raise UsageError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
     try:
         n = int(args.gpus)
     except ValueError:
-        raise CLIError(f"--gpus: expected an integer, got '{args.gpus}'") from None
+        raise UsageError(f"--gpus: expected an integer, got '{args.gpus}'") from None
     if args.top < 1:
-        raise CLIError("--top must be >= 1")
+        raise UsageError("--top must be >= 1")
     from trainperf.plan.api import PlanError, make_plan
     from trainperf.plan.search import parse_layout
 
@@ -123,7 +123,7 @@ def cmd_plan(args) -> int:
                               precision=args.precision if args.precision else None, calib=cal, top=args.top,
                               convergence=conv)
     except PlanError as e:
-        raise CLIFailure(str(e)) from None
+        raise RunError(str(e)) from None
     except ConfigError:
         raise
     if args.json:
@@ -149,7 +149,7 @@ def _validate(args) -> int:
     if args.only:
         results = [r for r in results if args.only in (r.benchmark,) or r.benchmark in args.only]
         if not results:
-            raise CLIError(f"--benchmark: no published rows for '{args.only}'")
+            raise UsageError(f"--benchmark: no published rows for '{args.only}'")
     rows = validate(cal, results)
     s = summary(rows)
     anchors, speedup = check_anchors(cal) if not args.only else ([], None)
@@ -187,14 +187,14 @@ def _sweep(args) -> int:
     from trainperf.plan.api import parse_gpus, sweep
 
     if not args.gpu or not args.gpus:
-        raise CLIError("plan sweep: --gpu and --gpus are required (e.g. --gpu h100,h200 --gpus 64..4096)")
+        raise UsageError("plan sweep: --gpu and --gpus are required (e.g. --gpu h100,h200 --gpus 64..4096)")
     kinds = [g.strip() for g in args.gpu.split(",") if g.strip()]
     counts = parse_gpus(args.gpus)
     cal, _ = _calibration(args)
     points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs)
     if args.plot:
         if not any(p.estimate for p in points):
-            raise CLIFailure("plan sweep: no point has a layout that fits; nothing to plot")
+            raise RunError("plan sweep: no point has a layout that fits; nothing to plot")
         from trainperf.plan.plot import plot_sweep
 
         plot_sweep(points, args.bench, args.plot)

@@ -6,7 +6,7 @@ import argparse
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainperf.cli.main import CLIError, CLIFailure
+from trainperf.errors import RunError, UsageError
 
 
 @contextmanager
@@ -19,14 +19,14 @@ def _one_line_errors():
     try:
         yield
     except (RunDirError, PlanError, ExportError) as e:
-        raise CLIFailure(str(e)) from None
+        raise RunError(str(e)) from None
 
 
 def cmd_report(args) -> int:
     from trainperf.report.page import build_report
 
     if not args.run_dirs and not args.plan:
-        raise CLIError("report: give at least one run directory (or a --plan JSON)")
+        raise UsageError("report: give at least one run directory (or a --plan JSON)")
     with _one_line_errors():
         rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
                            force=args.force, published=args.published, benchmarks=args.benchmark)
@@ -53,9 +53,9 @@ def cmd_sample(args) -> int:
     from trainperf.report.sample import sample
 
     if args.max_new_tokens < 1 or args.num_samples < 1:
-        raise CLIError("--max-new-tokens and --num-samples must be >= 1")
+        raise UsageError("--max-new-tokens and --num-samples must be >= 1")
     if args.temperature < 0:
-        raise CLIError("--temperature must be >= 0 (0: always the most likely token)")
+        raise UsageError("--temperature must be >= 0 (0: always the most likely token)")
     with _one_line_errors():
         texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
                        args.top_k, args.seed, args.device)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainperf.cli.main import CLIError, CLIFailure
+from trainperf.errors import RunError, UsageError
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False) -> int
     try:
         rep = score_dirs(dirs, count_restarts=count_restarts)
     except ScoreError as e:
-        raise CLIFailure(str(e)) from None
+        raise RunError(str(e)) from None
     if as_json:
         print(json.dumps(rep.to_dict(), indent=1))
     else:
@@ -94,7 +94,7 @@ def cmd_package(args) -> int:
     try:
         res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
     except ScoreError as e:
-        raise CLIFailure(str(e)) from None
+        raise RunError(str(e)) from None
     if args.json:
         print(json.dumps({"out": str(res.out), "files": [str(f) for f in res.files], "to_fill": res.to_fill,
                           "checker_ran": res.checker_ran, "checker_passed": res.checker_passed,
@@ -121,11 +121,11 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
     from trainperf.train.loop import RunOptions
 
     if args.seeds < 1:
-        raise CLIError("--seeds must be >= 1")
+        raise UsageError("--seeds must be >= 1")
     if getattr(args, "nproc", 0) > 1 or getattr(args, "resume", None) is not None:
-        raise CLIError("--seeds runs in this process; it does not combine with --nproc or --resume")
+        raise UsageError("--seeds runs in this process; it does not combine with --nproc or --resume")
     if out.exists() and any(out.iterdir()):
-        raise CLIError(f"{out}: exists and is not empty; --seeds writes a fresh OUT/seed_<i>/ per run")
+        raise UsageError(f"{out}: exists and is not empty; --seeds writes a fresh OUT/seed_<i>/ per run")
     listener_for = None
     if getattr(args, "tensorboard", False):
         from trainperf.report.tensorboard import TensorBoardWriter

@@ -15,10 +15,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-
-class DataError(ValueError):
-    """Unreadable corpus, missing or corrupt shard: the message names the file."""
-
+from trainperf.errors import DataError
 
 SKIP_DIRS = frozenset({"test", "tests", "idlelib", "lib2to3", "site-packages", "__pycache__"})
 # A document is held out when the first byte of sha256(id) is below this: 8/256 ~ 3% of documents.

@@ -27,13 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainperf.errors import ScoreError
 from trainperf.mlperf.benchmarks import OFFICIAL
 from trainperf.mlperf.check import CheckResult, check_log
 from trainperf.mlperf.logger import RULES_DIR
-
-
-class ScoreError(ValueError):
-    """Results that cannot be scored together (none, mixed benchmarks, duplicated seeds)."""
 
 
 @dataclass

@@ -19,11 +19,8 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from trainperf.errors import WeightsError as CheckpointError  # noqa: F401  (raised here, imported by callers)
 from trainperf.model.transformer import lora_state_dict
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, unreadable or does not fit the model; one-line message."""
 
 
 class _LazyFile:

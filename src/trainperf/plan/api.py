@@ -6,16 +6,13 @@ import time
 from dataclasses import dataclass, field
 
 from trainperf.config import ConfigError
+from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
 from trainperf.plan.convergence import Convergence
 from trainperf.plan.hardware import Cluster, cluster
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
 from trainperf.plan.workload import Benchmark, load_benchmark
-
-
-class PlanError(Exception):
-    """Nothing can run (no layout fits, GBS cannot be split): a failure, not a usage error."""
 
 
 @dataclass

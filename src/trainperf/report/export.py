@@ -21,14 +21,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trainperf.config import ModelConfig
+from trainperf.errors import ExportError
 from trainperf.model import hf
 from trainperf.model.transformer import Transformer
 from trainperf.report.rundir import RunDirError
 from trainperf.train.save import load_model_config
-
-
-class ExportError(ValueError):
-    """A model layout or run directory the export cannot turn into a transformers checkpoint."""
 
 
 def load_weights(run_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -118,7 +115,7 @@ def export_hf(run_dir: str | Path, out: str | Path) -> Path:
     """Write the HF checkpoint into `out`, which must not exist yet (it appears whole or not at all)."""
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out}: exists and is not empty; the export never overwrites")
+        raise ExportError(f"{out}: exists and is not empty; the export never overwrites")
     cfg, sd = load_weights(run_dir)
     config, hf = hf_state_dict(cfg, sd)
     dtype = next(iter(hf.values())).dtype

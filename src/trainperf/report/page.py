@@ -146,7 +146,7 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         raise RunDirError("report: give at least one run directory (or a --plan JSON)")
     out = Path(out)
     if (out / "index.html").exists() and not force:
-        raise FileExistsError(f"{out / 'index.html'}: exists; choose another --out or pass --force")
+        raise RunDirError(f"{out / 'index.html'}: exists; choose another --out or pass --force")
     runs = [load_run(p) for p in expand_run_dirs(run_dirs)]
     seen: dict[Path, str] = {}
     for run in runs:

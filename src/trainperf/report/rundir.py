@@ -10,9 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-class RunDirError(ValueError):
-    """A run directory that cannot be read (missing, half-written or malformed file)."""
+from trainperf.errors import RunDirError
 
 
 @dataclass

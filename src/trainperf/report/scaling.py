@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trainperf
-
-
-class PlanError(ValueError):
-    """A plan JSON file the report cannot use; the message names the file."""
+from trainperf.errors import PlanError
 
 
 @dataclass(frozen=True)

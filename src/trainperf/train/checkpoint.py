@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from trainperf.config import Recipe
+from trainperf.errors import CheckpointError
 from trainperf.parallel.apply import resolve_layout, unwrap
 from trainperf.parallel.env import DistEnv
 
@@ -40,10 +41,6 @@ FORMAT = 1
 _SAME_TRAIN = ("seed", "global_batch_size", "lr", "end_lr", "warmup_steps", "decay_steps", "weight_decay",
                "beta1", "beta2", "eps", "grad_clip", "precision", "optimizer")
 _ATTEMPT_FILES = ("metrics.jsonl", "summary.json")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used (missing, partial, corrupt, or from another recipe)."""
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 import trainperf
 from trainperf.config import Recipe
 from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
+from trainperf.errors import TrainError
 from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
@@ -34,10 +35,6 @@ from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.peak import device_peak
 from trainperf.train.timing import PhaseClock
 from trainperf.train.save import save_final
-
-
-class TrainError(RuntimeError):
-    """A run that cannot go on (NaN loss, bad batch layout, output exists); one-line message."""
 
 
 @dataclass
