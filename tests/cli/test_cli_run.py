@@ -80,3 +80,24 @@ def test_data_prepare_samples_with_a_validation_file_then_train(tmp_path):
     p = _run(*run, "--set", "data.kind=samples", "--out", str(tmp_path / "r"), cwd=tmp_path, env_cache=tmp_path / "cache")
     assert p.returncode == 3, p.stderr
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == 2
+
+
+def test_smoke_run_that_did_its_plan_exits_0(tmp_path):
+    """A smoke run stops short of the target by design: exit 0 when it made its planned evaluations
+    and its log is sound; 3 when --max-steps cut it short, or its log is not sound."""
+    out = tmp_path / "smoke"
+    p = _run("run", "tiny", "--smoke", "--out", str(out), "--no-progress", cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 0, p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "aborted" and s["evals"] == 3
+    p = _run("run", "tiny", "--smoke", "--max-steps", "1", "--out", str(tmp_path / "cut"), "--no-progress",
+             cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert p.returncode == 3 and "--max-steps 1 stopped it before its planned" in p.stderr, p.stderr
+    from trainperf.cli.score_cmd import smoke_incomplete
+    from trainperf.config import load_recipe
+
+    r = load_recipe("tiny", smoke=True)
+    assert smoke_incomplete(r, 0, out) == ""
+    log = out / "result_0.txt"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if '"eval_accuracy"' not in ln))
+    assert "0 eval_accuracy lines, the run made 3 logged evaluations" in smoke_incomplete(r, 0, out)

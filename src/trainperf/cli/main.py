@@ -39,7 +39,8 @@ def _add_run(sub) -> None:
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
     p.add_argument("--smoke", action="store_true",
-                   help="the benchmark's control flow shrunk to seconds on a CPU (recipe's [smoke]); status aborted")
+                   help="the benchmark's control flow shrunk to seconds on a CPU (recipe's [smoke]); status "
+                        "aborted, exit 0 when it made its planned evaluations and its log is sound")
     p.add_argument("--seeds", type=int, default=0, metavar="N",
                    help="run seeds SEED..SEED+N-1 into OUT/seed_<s>/ and score them (trainperf score)")
     p.add_argument("--nproc", type=int, default=0, metavar="N",
@@ -121,7 +122,7 @@ def cmd_run(args) -> int:
         if rc != 0 or status is None:
             raise RunError(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
                              "see their messages above")
-        return 0 if status == "success" else 3
+        return _run_exit(recipe, args, out, status)
     if launch.under_torchrun() and args.out is None and args.resume is None:
         raise UsageError("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
     env = init_env(args.device)
@@ -145,7 +146,21 @@ def cmd_run(args) -> int:
                   f"{out / 'summary.json'} (deviations)")
     if env.elastic:
         return 0  # torchrun restarts workers that exit non-zero; the status is in summary.json
-    return 0 if summary.status == "success" else 3
+    return _run_exit(recipe, args, out, summary.status)
+
+
+def _run_exit(recipe, args, out: Path, status: str) -> int:
+    """0: the target was reached, or a --smoke run did all it planned; 3: stopped before the target."""
+    if status == "success":
+        return 0
+    if recipe.smoke.enabled:
+        from trainperf.cli.score_cmd import smoke_incomplete
+
+        why = smoke_incomplete(recipe, args.max_steps, out)
+        if not why:
+            return 0
+        print(f"trainperf: the smoke run did not finish its plan: {why}", file=sys.stderr)
+    return 3
 
 
 def cmd_data(args) -> int:

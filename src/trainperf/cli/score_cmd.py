@@ -114,6 +114,31 @@ def cmd_package(args) -> int:
     return 0 if res.checker_passed in (True, None) else 1
 
 
+def smoke_incomplete(recipe, max_steps: int, out: Path) -> str:
+    """Why a `run --smoke` that stopped short of the target does not count as done ("" when it does):
+    it must train the steps and make the evaluations its plan has (the skipped ones plus
+    `smoke.evals`, not fewer because of --max-steps), and leave a sound result log."""
+    from trainperf.mlperf.score import log_problem
+    from trainperf.train.benchmark import smoke_max_steps
+
+    if not recipe.smoke.enabled:
+        return "not a smoke run"
+    planned = smoke_max_steps(recipe)
+    if max_steps and max_steps < planned:
+        return f"--max-steps {max_steps} stopped it before its planned {planned} steps"
+    try:
+        s = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"{out / 'summary.json'}: unreadable ({e})"
+    per_eval = max(1, -(-recipe.eval.every_samples // recipe.train.global_batch_size))
+    evals = -(-planned // per_eval)
+    if s.get("steps") != planned or s.get("evals") != evals:
+        return f"it ran {s.get('steps')} steps and {s.get('evals')} evaluations of the planned {planned} and {evals}"
+    # a restarted run's log is its last attempt's: the evaluations before the restart are not in it
+    logged = None if s.get("restarts") else max(0, evals - recipe.eval.skip_evals)
+    return log_problem(out / f"result_{s.get('seed', 0)}.txt", logged)
+
+
 def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
     """`trainperf run --seeds N`: seeds seed..seed+N-1 into OUT/seed_<s>/, then `score OUT`."""
     from trainperf.parallel.env import init_env

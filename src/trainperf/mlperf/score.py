@@ -143,6 +143,24 @@ def read_log(path: Path) -> RunLog:
     return run
 
 
+def log_problem(path: Path, evals: int | None) -> str:
+    """Why a finished run's result log is not sound, in one line ("" when it is): it must parse
+    line by line, hold run_start and run_stop in that order, and log `evals` eval_accuracy lines
+    (None: any number)."""
+    if not path.is_file():
+        return f"{path}: missing"
+    run = read_log(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    logged = text.count('"key": "eval_accuracy"')
+    if run.bad_lines:
+        return f"{path}: {run.bad_lines} unreadable :::MLLOG lines"
+    if run.start_ms is None or run.stop_ms is None or run.stop_ms < run.start_ms:
+        return f"{path}: no run_start followed by a run_stop"
+    if evals is not None and logged != evals:
+        return f"{path}: {logged} eval_accuracy lines, the run made {evals} logged evaluations"
+    return ""
+
+
 def _int(v: Any) -> int | None:
     try:
         return int(v)
