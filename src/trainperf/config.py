@@ -139,10 +139,6 @@ class ParallelConfig:
     cp: int = 1
     activation_checkpoint: str = "none"  # "none", "selective", "full"
     compile: bool = False
-    # Build the model on the meta device, shard it, then initialise (or load) it tensor by tensor,
-    # each rank keeping only its shard: for models too big to hold whole on one host (70B, 405B).
-    # Its initial weights differ from the default path's (same distribution, other draws).
-    meta_init: bool = False
 
 
 @dataclass

@@ -8,7 +8,7 @@ import pytest
 from trainperf.config import load_recipe
 from trainperf.parallel.env import DistEnv
 from trainperf.train.benchmark import run_benchmark
-from trainperf.train.loop import RunOptions
+from trainperf.train.trainer import RunOptions
 
 
 def _smoke(tmp_path_factory, name: str, seed: int = 0) -> Path:

@@ -2,15 +2,32 @@
 
 Usage (under torchrun): dist_worker.py JOBS.json, where JOBS.json is a list of
 {"out": dir, "overrides": [...], "max_steps": n, "resume": dir-or-null}.
+
+Every job also counts FSDP2's gradient reductions (calls of its `foreach_reduce`, one per parameter
+group that reduce-scatters) and rank 0 writes the count to OUT/reductions.json.
 """
 
 import json
 import sys
 from pathlib import Path
 
+import torch.distributed.fsdp._fully_shard._fsdp_param_group as fsdp_group
+
 from trainperf.config import load_recipe
 from trainperf.parallel.env import init_env
-from trainperf.train.loop import RunOptions, train
+from trainperf.train.trainer import RunOptions, train
+
+
+COUNT = {"reductions": 0}
+_reduce = fsdp_group.foreach_reduce
+
+
+def _counting_reduce(*args, **kwargs):
+    COUNT["reductions"] += 1
+    return _reduce(*args, **kwargs)
+
+
+fsdp_group.foreach_reduce = _counting_reduce
 
 
 def main() -> None:
@@ -19,7 +36,10 @@ def main() -> None:
     for job in jobs:
         r = load_recipe("tiny", job["overrides"])
         resume = Path(job["resume"]) if job.get("resume") else None
-        train(r, env, RunOptions(out=Path(job["out"]), max_steps=job["max_steps"], progress=False, resume=resume))
+        COUNT["reductions"] = 0
+        s = train(r, env, RunOptions(out=Path(job["out"]), max_steps=job["max_steps"], progress=False, resume=resume))
+        if env.is_main:
+            (Path(job["out"]) / "reductions.json").write_text(json.dumps({**COUNT, "steps": s.steps}))
 
 
 if __name__ == "__main__":

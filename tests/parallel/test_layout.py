@@ -5,9 +5,12 @@ from pathlib import Path
 import pytest
 
 from trainperf.config import ConfigError, ParallelConfig, load_recipe
-from trainperf.parallel.apply import comm_precision, dp_info, resolve_layout
-from trainperf.parallel.env import DistEnv
+from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.launch import torchrun_command, worker_argv
+
+
+def resolve_layout(pcfg: ParallelConfig, world: int, rank: int = 0) -> ParallelDims:
+    return ParallelDims.from_config(pcfg, world, rank)
 
 
 def test_dp_shard_takes_the_rest():
@@ -33,14 +36,29 @@ def test_bad_layouts_name_the_section(pcfg, world, msg):
 
 def test_dp_rank_skips_tensor_parallel_peers():
     pcfg = ParallelConfig(tp=2)
-    assert [dp_info(pcfg, DistEnv(rank=r, world_size=8)) for r in range(8)] == [(r // 2, 4) for r in range(8)]
+    dims = [resolve_layout(pcfg, 8, r) for r in range(8)]
+    assert [(d.dp_rank, d.dp) for d in dims] == [(r // 2, 4) for r in range(8)]
+    hsdp = [resolve_layout(ParallelConfig(dp_replicate=2, dp_shard=2, tp=2), 8, r) for r in range(8)]
+    assert [d.dp_rank for d in hsdp] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert hsdp[5].coords() == {"pp": 0, "dp_replicate": 1, "dp_shard": 0, "cp": 0, "tp": 1}
+
+
+def test_batch_geometry_is_checked_with_the_layout():
+    from trainperf.config import TrainConfig
+
+    g = resolve_layout(ParallelConfig(), 4).batch(TrainConfig(global_batch_size=16, micro_batch_size=2))
+    assert (g.per_rank, g.micro, g.accum) == (4, 2, 2)
+    with pytest.raises(ConfigError, match="train.global_batch_size=6 is not divisible by the 4"):
+        resolve_layout(ParallelConfig(), 4).batch(TrainConfig(global_batch_size=6))
+    with pytest.raises(ConfigError, match="train.micro_batch_size=3"):
+        resolve_layout(ParallelConfig(), 2).batch(TrainConfig(global_batch_size=8, micro_batch_size=3))
 
 
 def test_comm_precision_is_what_the_collectives_carry():
-    two = DistEnv(rank=0, world_size=2)
-    assert comm_precision(ParallelConfig(), two, "bf16") == "bfloat16"  # FSDP all-gathers bf16 params
-    assert comm_precision(ParallelConfig(), two, "fp32") == "fp32"
-    assert comm_precision(ParallelConfig(dp_replicate=2, dp_shard=1), two, "bf16") == "fp32"  # DDP: fp32 grads
+    assert resolve_layout(ParallelConfig(), 2).comm_precision("bf16") == "bfloat16"  # FSDP all-gathers bf16 params
+    assert resolve_layout(ParallelConfig(), 2).comm_precision("fp32") == "fp32"
+    ddp = resolve_layout(ParallelConfig(dp_replicate=2, dp_shard=1), 2)
+    assert ddp.comm_precision("bf16") == "fp32"  # DDP: fp32 grads
 
 
 def test_recipe_rejects_unimplemented_and_bad_values():

@@ -23,7 +23,7 @@ import torch
 
 from trainperf.config import load_recipe
 from trainperf.parallel.env import DistEnv
-from trainperf.train.loop import RunOptions, train
+from trainperf.train.trainer import RunOptions, train
 
 HERE = Path(__file__).parent
 RTOL = 1e-5
@@ -40,7 +40,10 @@ def _one_thread():
 
 
 def _base(cache: Path) -> list[str]:
-    return ["data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte", f"data.cache_dir={cache}", "data.eval_bytes=4096",
+    return ["data.synthetic=true", "parallel.compile=false", "data.tokenizer=byte", f"data.cache_dir={cache}",
+            # 125 full windows of 32 and a last one of 11 tokens: odd, so under sequence parallelism it
+            # would not split over 2 ranks (the crash evaluation once had under tp=2)
+            "data.eval_bytes=4011",
             "model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.seq_len=32",
             "train.global_batch_size=8", "train.micro_batch_size=4", "train.warmup_steps=2",
             "train.decay_steps=20", "train.lr=3e-3", "train.log_every=1", "train.precision=fp32",
@@ -65,13 +68,9 @@ JOBS = {
     # fine-tuning rows scored only on their labels: the loss must stay the global token mean
     "ddp_samples": (["data.kind=samples", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
     "fsdp_samples": (["data.kind=samples", "train.micro_batch_size=2"], 3),
-    # built on the meta device, sharded, then initialised shard by shard: the same model on any layout
-    "fsdp_meta": (["parallel.meta_init=true"], 3),
-    "tp_meta": (["parallel.meta_init=true", "parallel.tp=2", "parallel.dp_shard=1"], 3),
-    "ddp_meta": (["parallel.meta_init=true", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
+    "fsdp_accum4": (["train.micro_batch_size=1"], STEPS),  # 4 micro-batches per rank
 }
-REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single",
-             "fsdp_meta": "meta_single", "tp_meta": "meta_single", "ddp_meta": "meta_single"}
+REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single"}
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +86,13 @@ def runs(tmp_path_factory):
     assert p.returncode == 0, p.stderr[-3000:]
     # single-process references, same recipe and global batch (2 micro-batches of 4 instead of 2 ranks x 4)
     for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
-                               ("samples_single", ["data.kind=samples"], 3),
-                               ("meta_single", ["parallel.meta_init=true"], 3)):
+                               ("samples_single", ["data.kind=samples"], 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "ddp_accum", "ddp_samples", "fsdp_samples",
-                                  "fsdp_meta", "tp_meta", "ddp_meta"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
+                                  "fsdp_samples"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")
@@ -105,6 +103,26 @@ def test_matches_single_process(runs, name):
     assert got_eval.keys() == ref_eval.keys()
     for step, loss in got_eval.items():
         assert loss == pytest.approx(ref_eval[step], rel=RTOL), (name, step)
+
+
+@pytest.mark.parametrize("name, accum", [("fsdp", 1), ("fsdp_accum", 2), ("fsdp_accum4", 4)])
+def test_fsdp_reduces_gradients_once_per_step(runs, name, accum):
+    """FSDP2 with gradient accumulation reduce-scatters once per optimizer step, not once per
+    micro-batch: 3 parameter groups (2 blocks + the root's) per step, whatever `accum` is.
+    (The warm-up evaluation and the eval blocks run no backward.)"""
+    got = json.loads((runs / name / "reductions.json").read_text())
+    groups = 3
+    assert got["reductions"] == groups * got["steps"], (name, accum, got)
+
+
+def test_every_layout_evaluates_like_one_process(runs):
+    """The eval set ends with a short window; every layout scores it and matches one process."""
+    for name in ("tp", "gpt_tp", "fsdp", "ddp"):
+        ref = rows(runs / ("gpt_single" if name == "gpt_tp" else "single"), "eval")
+        got = rows(runs / name, "eval")
+        assert got and got.keys() <= ref.keys()
+        for step, loss in got.items():
+            assert loss == pytest.approx(ref[step], rel=RTOL), (name, step)
 
 
 def test_gpt_family_under_tp(runs):

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SMALL = ["--set", "data.synthetic=true", "--set", "parallel.compile=false", "--set", "data.tokenizer=byte", "--set", "data.eval_bytes=4096",
          "--set", "model.n_layer=2", "--set", "model.d_model=64", "--set", "model.seq_len=32",
          "--set", "train.global_batch_size=8", "--set", "train.micro_batch_size=4", "--set", "train.precision=fp32",
@@ -39,6 +41,20 @@ def test_killed_worker_is_restarted_and_run_reaches_target(tmp_path):
     assert loss(redone, 5) == loss(killed, 5) and loss(redone, 6) == loss(killed, 6)
     assert min(r["step"] for r in redone if r["kind"] == "train") == 5
     assert (out / "result_0.txt").read_text().count("run_start") == 1
+    # MLPerf's clock: from the killed attempt's run_start to the final run_stop, restart included
+    start = _log_time(out / "attempts" / "1" / "result_0.txt", "run_start")
+    stop = _log_time(out / "result_0.txt", "run_stop")
+    assert s["time_to_train_s"] == pytest.approx((stop - start) / 1000, abs=0.05)
+    assert s["time_to_train_s"] > s["last_attempt_s"] + 0.5  # torchrun's restart alone takes seconds
+    assert '"key": "restarts", "value": 1' in (out / "result_0.txt").read_text()
+
+
+def _log_time(log, key):
+    for line in log.read_text().splitlines():
+        rec = json.loads(line.split(":::MLLOG ", 1)[1])
+        if rec["key"] == key:
+            return rec["time_ms"]
+    raise AssertionError(f"{log}: no {key}")
 
 
 def test_bad_mesh_fails_before_launch(tmp_path):
@@ -64,5 +80,7 @@ def test_resume_in_place_continues_and_keeps_the_first_attempt(tmp_path):
     assert "resumed from step 2" in p.stdout
     s = json.loads((out / "summary.json").read_text())
     assert (s["steps"], s["resumed_from_step"], s["restarts"], s["lost_steps"]) == (4, 2, 1, 0)
+    first = json.loads((out / "attempts" / "1" / "summary.json").read_text())
+    assert s["time_to_train_s"] >= s["last_attempt_s"] + first["last_attempt_s"]  # both attempts and the gap
     assert json.loads((out / "attempts" / "1" / "summary.json").read_text())["steps"] == 2
     assert s["checkpoints"] == ["step_00000002", "step_00000004"]

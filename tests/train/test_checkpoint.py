@@ -12,7 +12,7 @@ import trainperf.train.checkpoint as ck
 from trainperf.config import load_recipe
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import MARKER, CheckpointError, committed, resolve
-from trainperf.train.loop import RunOptions, train
+from trainperf.train.trainer import RunOptions, train
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from trainperf.parallel.env import DistEnv
-from trainperf.train.loop import RunOptions, TrainError, lr_at, train
+from trainperf.train.trainer import RunOptions, TrainError, lr_at, train
 
 
 def _losses(out):

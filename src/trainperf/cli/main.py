@@ -90,7 +90,7 @@ def cmd_run(args) -> int:
     from trainperf.config import load_recipe
     from trainperf.parallel.env import init_env
     from trainperf.train.benchmark import run_benchmark
-    from trainperf.train.loop import RunOptions
+    from trainperf.train.trainer import RunOptions
 
     overrides = list(args.overrides)
     if args.checkpoint_every is not None:
@@ -105,7 +105,7 @@ def cmd_run(args) -> int:
 
         return run_seeds_and_score(recipe, args, out, seed)
     from trainperf.parallel import launch
-    from trainperf.parallel.apply import resolve_layout
+    from trainperf.parallel.dims import ParallelDims
 
     if args.nproc < 0 or args.max_restarts < 0:
         raise UsageError("--nproc and --max-restarts must be >= 0")
@@ -114,7 +114,8 @@ def cmd_run(args) -> int:
 
         out = run_dir_of(args.resume)  # a resumed run keeps writing into its own directory
     if launch.should_launch(args.nproc, args.max_restarts):
-        resolve_layout(recipe.parallel, max(1, args.nproc))  # a bad mesh fails here, not in N workers
+        # a bad mesh or batch split fails here, in one line, not in N workers
+        ParallelDims.from_config(recipe.parallel, max(1, args.nproc)).batch(recipe.train)
         launch.check_devices(max(1, args.nproc), args.device)
         started = time.time()
         rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))

@@ -143,7 +143,7 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
     """`trainperf run --seeds N`: seeds seed..seed+N-1 into OUT/seed_<s>/, then `score OUT`."""
     from trainperf.parallel.env import init_env
     from trainperf.train.benchmark import run_seeds
-    from trainperf.train.loop import RunOptions
+    from trainperf.train.trainer import RunOptions
 
     if args.seeds < 1:
         raise UsageError("--seeds must be >= 1")

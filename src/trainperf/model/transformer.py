@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from trainperf.config import ModelConfig
+from trainperf.model.init import fill_
 
 
 class LoRALinear(nn.Module):
@@ -29,9 +30,17 @@ class LoRALinear(nn.Module):
         if self.base.bias is not None:
             self.base.bias.requires_grad_(False)
         self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
+        self.lora_b = nn.Parameter(torch.empty(base.out_features, rank))
         self.scale = alpha / rank
-        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        if not self.lora_a.is_meta:
+            self.init_adapters()
+
+    @torch.no_grad()
+    def init_adapters(self, gen: torch.Generator | None = None) -> None:
+        """A as nn.Linear's default (uniform, bound 1/sqrt(fan_in)), B zero: the update starts at 0."""
+        bound = 1.0 / math.sqrt(self.lora_a.shape[1])
+        fill_(self.lora_a, torch.empty(tuple(self.lora_a.shape)).uniform_(-bound, bound, generator=gen))
+        fill_(self.lora_b, torch.zeros(tuple(self.lora_b.shape)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b) * self.scale
@@ -150,25 +159,39 @@ class Transformer(nn.Module):
                                  persistent=False)
         else:
             self.rope = None
-        if not self.tok_emb.weight.is_meta:  # built on the meta device: `materialize` initialises it
-            self.init_weights()
         if cfg.lora_rank > 0:
             add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+        if not self.tok_emb.weight.is_meta:  # on the meta device the caller shards first, then calls init_weights
+            self.init_weights()
 
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
-        """GPT-2 style init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
+        """GPT-2 style init: weights N(0, 0.02), the residual projections (attn.wo, mlp.w2) scaled by
+        1/sqrt(2 n_layer), norms 1, biases 0; then the LoRA adapters. Every tensor is drawn whole from
+        one generator (seeded by `seed`, else torch's global one) in module order, and each rank keeps
+        its shard of it, so a model built on any layout starts from the same weights."""
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        std = 0.02
-        for name, p in self.named_parameters():
-            if p.dim() == 1:  # norm weights (ones) and biases (zeros) keep their defaults
-                if name.endswith("bias"):
-                    p.zero_()
-                continue
-            s = std / math.sqrt(2 * self.cfg.n_layer) if name.endswith(("wo.weight", "w2.weight")) else std
-            p.copy_(torch.randn(p.shape, generator=gen) * s)
+        if self.cfg.tie_embeddings:
+            # to_empty gives each module its own new tensor, which unties a shared weight
+            self.output.weight = self.tok_emb.weight
+        std, out_std = 0.02, 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        residual = {id(_base(b.attn.wo)) for b in self.layers.values()} | {id(_base(b.mlp.w2)) for b in self.layers.values()}
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                _normal_(module.weight, std, gen)
+            elif isinstance(module, nn.Linear) and not (module is self.output and self.cfg.tie_embeddings):
+                _normal_(module.weight, out_std if id(module) in residual else std, gen)
+            elif isinstance(module, (RMSNorm, nn.LayerNorm)) and module.weight is not None:
+                fill_(module.weight, torch.ones(tuple(module.weight.shape)))
+            bias = getattr(module, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                fill_(bias, torch.zeros(tuple(bias.shape)))
+        for module in self.modules():  # after every base weight: the base is the same with or without LoRA
+            if isinstance(module, LoRALinear):
+                module.init_adapters(gen)
         if self.rope is not None:
-            self.rope.copy_(precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta, self.cfg))
+            self.rope = precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta,
+                                        self.cfg).to(self.tok_emb.weight.device)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32."""
@@ -182,6 +205,14 @@ class Transformer(nn.Module):
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+
+
+def _base(m: nn.Module) -> nn.Module:
+    return m.base if isinstance(m, LoRALinear) else m
+
+
+def _normal_(p: torch.Tensor, std: float, gen: torch.Generator | None) -> None:
+    fill_(p, torch.randn(tuple(p.shape), generator=gen) * std)
 
 
 def add_lora(model: nn.Module, rank: int, alpha: float, targets: list[str], dropout: float = 0.0) -> None:

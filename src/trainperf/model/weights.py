@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from trainperf.errors import WeightsError as CheckpointError  # noqa: F401  (raised here, imported by callers)
+from trainperf.model.init import fill_
 from trainperf.model.transformer import lora_state_dict
 
 
@@ -59,60 +60,10 @@ def _read(path: Path) -> _LazyFile:
     return _LazyFile(path)
 
 
-@torch.no_grad()
-def copy_full(dest: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy a whole tensor into a parameter that may be a DTensor shard (FSDP2, tensor parallel):
-    each rank keeps its own slice. Every rank must pass the same `full`."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    full = full.to(device=dest.device, dtype=dest.dtype)
-    if isinstance(dest, DTensor):
-        # src_data_rank=None: every rank already holds `full`, so each slices it locally (no scatter)
-        dest.to_local().copy_(distribute_tensor(full, dest.device_mesh, dest.placements, src_data_rank=None).to_local())
-    else:
-        dest.copy_(full)
-
-
 def _copy(path: Path, src_name: str, src: torch.Tensor, dest: torch.Tensor) -> None:
     if tuple(src.shape) != tuple(dest.shape):
         raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
-    copy_full(dest, src)
-
-
-@torch.no_grad()
-def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
-    """Give a model built on the meta device (and sharded by now) real storage on `device`, then draw
-    its initial weights whole, tensor by tensor, from a generator seeded with `seed`, each rank
-    keeping its shard. Every rank draws the same numbers, so any layout gets the same model.
-    The init is the model's own: N(0, 0.02), residual projections / sqrt(2 n_layer), norms 1,
-    biases 0; LoRA A as PyTorch's Linear default (uniform, bound 1/sqrt(fan_in)), LoRA B 0."""
-    model.to_empty(device=device)
-    cfg = model.cfg
-    if cfg.tie_embeddings:
-        # to_empty gives each module its own new tensor, which unties a shared weight; the sharding
-        # wrappers still treat it as one, so it must be one again before it is initialised
-        model.output.weight = model.tok_emb.weight
-    gen = torch.Generator().manual_seed(seed)
-    params = list(model.named_parameters())
-    # base weights first, then the adapters, each group in parameter order
-    for name, p in sorted(params, key=lambda np_: ".lora_" in np_[0]):
-        shape = tuple(p.shape)
-        if name.endswith("lora_a"):
-            bound = 1.0 / math.sqrt(shape[1])
-            full = torch.empty(shape).uniform_(-bound, bound, generator=gen)
-        elif name.endswith("lora_b") or name.endswith("bias"):
-            full = torch.zeros(shape)
-        elif p.dim() == 1:
-            full = torch.ones(shape)
-        else:
-            std = 0.02 / math.sqrt(2 * cfg.n_layer) if name.endswith(("wo.weight", "w2.weight", "wo.base.weight",
-                                                                      "w2.base.weight")) else 0.02
-            full = torch.randn(shape, generator=gen) * std
-        copy_full(p, full)
-    if getattr(model, "rope", None) is not None:
-        from trainperf.model.transformer import precompute_rope
-
-        model.rope = precompute_rope(cfg.head_dim, cfg.seq_len, cfg.rope_theta, cfg).to(device)
+    fill_(dest, src)
 
 
 @torch.no_grad()

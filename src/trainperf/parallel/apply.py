@@ -1,7 +1,6 @@
-"""Apply parallelism to a plain model from a DeviceMesh. The train loop calls `parallelize` and nothing else.
+"""Apply parallelism to a plain model from the run's `ParallelDims` (and its DeviceMesh). The trainer
+calls `parallelize` to build and `grad_sync` around backward, and nothing else.
 
-The mesh is (dp_replicate, dp_shard, tp), row-major over the ranks, so the ranks of one tensor-parallel
-group are neighbours (on a GPU node they share NVLink) and the data-parallel rank is `rank // tp`.
 Order of application, as torchtitan does it: tensor parallel -> activation checkpointing -> compile
 per block -> FSDP2 (or DDP when nothing is sharded). Parameter names never change, so a checkpoint
 written under one layout loads under any other.
@@ -9,129 +8,70 @@ written under one layout loads under any other.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
-from trainperf.config import ConfigError, ParallelConfig
-from trainperf.parallel.env import DistEnv
+from trainperf.parallel.dims import ParallelDims
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The mesh sizes for one world size, `dp_shard = -1` resolved."""
+def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, precision: str = "fp32",
+                activation_checkpoint: str = "none", compile: bool = False, fp8: bool = False,
+                seed: int = 0) -> nn.Module:
+    """Apply FP8 / TP / activation checkpointing / compile / FSDP2 to a model built on the meta
+    device, give it storage on `device` and its own initial weights (`model.init_weights(seed)`),
+    then wrap it in DDP when the data-parallel ranks replicate an unsharded model.
 
-    dp_replicate: int
-    dp_shard: int
-    tp: int
-    pp: int = 1
-    cp: int = 1
-
-    @property
-    def dp(self) -> int:
-        return self.dp_replicate * self.dp_shard
-
-    @property
-    def world_size(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    @property
-    def strategy(self) -> str:
-        """A short name for logs: ddp, fsdp, hsdp, tp, fsdp+tp, ... or single."""
-        parts = []
-        if self.dp_shard > 1:
-            parts.append("hsdp" if self.dp_replicate > 1 else "fsdp")
-        elif self.dp_replicate > 1:
-            parts.append("hsdp" if self.tp > 1 else "ddp")
-        if self.tp > 1:
-            parts.append("tp")
-        return "+".join(parts) or "single"
-
-    def to_dict(self) -> dict:
-        return {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "dp": self.dp, "tp": self.tp,
-                "pp": self.pp, "cp": self.cp, "world_size": self.world_size, "strategy": self.strategy}
-
-
-def resolve_layout(pcfg: ParallelConfig, world_size: int) -> Layout:
-    """The layout for `world_size` processes, or a ConfigError naming the key that does not fit."""
-    if pcfg.compile and pcfg.tp > 1:
-        # measured on torch 2.13 CPU/gloo: compiled blocks with DTensor TP fail in backward
-        # (NestedRedistribute receives a plain tensor); FSDP2 + compile + AC works and is bit-identical
-        raise ConfigError("parallel.compile: not supported with parallel.tp > 1 yet (compiled tensor-parallel "
-                          "blocks fail in backward on this torch); use compile with FSDP/DDP, or tp without compile")
-    fixed = pcfg.dp_replicate * pcfg.tp * pcfg.pp * pcfg.cp
-    if pcfg.dp_shard == -1:
-        if world_size % fixed:
-            raise ConfigError(f"parallel: {world_size} processes are not divisible by dp_replicate*tp*pp*cp = "
-                              f"{pcfg.dp_replicate}*{pcfg.tp}*{pcfg.pp}*{pcfg.cp}")
-        shard = world_size // fixed
-    else:
-        shard = pcfg.dp_shard
-        if fixed * shard != world_size:
-            raise ConfigError(f"parallel: dp_replicate*dp_shard*tp*pp*cp = {fixed * shard} does not match the "
-                              f"{world_size} processes (set parallel.dp_shard=-1 to use the rest)")
-    return Layout(pcfg.dp_replicate, shard, pcfg.tp, pcfg.pp, pcfg.cp)
-
-
-def dp_info(pcfg: ParallelConfig, env: DistEnv) -> tuple[int, int]:
-    """(data-parallel rank, data-parallel size) of this process; validates the layout."""
-    layout = resolve_layout(pcfg, env.world_size)
-    return env.rank // (layout.tp * layout.pp * layout.cp), layout.dp
-
-
-def comm_precision(pcfg: ParallelConfig, env: DistEnv, precision: str) -> str:
-    """The lowest precision any collective carries (an MLPerf 6.1 disclosure key)."""
-    layout = resolve_layout(pcfg, env.world_size)
-    if precision == "bf16" and (layout.dp_shard > 1 or layout.tp > 1):
-        # FSDP2 all-gathers bf16 parameters (the mixed-precision policy); TP moves autocast's bf16 activations
-        return "bfloat16"
-    # one process has no collectives; DDP all-reduces the fp32 gradients; FSDP reduce-scatters in fp32
-    return "fp32"
-
-
-def parallelize(model: nn.Module, pcfg: ParallelConfig, env: DistEnv, precision: str = "fp32",
-                fp8: bool = False, seed: int = 0) -> nn.Module:
-    """Move `model` to the device and apply FP8 / TP / activation checkpointing / compile / FSDP2 / DDP.
-
-    A model built on the meta device (`parallel.meta_init`) is sharded first and then given storage
-    and initial weights (seeded by `seed`) shard by shard, so no rank ever holds it whole."""
-    layout = resolve_layout(pcfg, env.world_size)
-    meta = next(model.parameters()).is_meta
-    if not meta:
-        model.to(env.device)
+    Sharding comes before storage, so each rank allocates only its shards; the weights are drawn
+    whole and sliced, so every layout starts from the same model."""
     if fp8:
         apply_float8(model)
-    mesh = None
-    if env.distributed:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh(env.device.type, (layout.dp_replicate, layout.dp_shard, layout.tp),
-                                mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
-        env.dp_group = _dp_group(layout, env)
-    if layout.tp > 1:
-        apply_tp(model, mesh["tp"])
-    if pcfg.activation_checkpoint != "none":
+    if dims.tp > 1:
+        apply_tp(model, dims.mesh["tp"])
+    if activation_checkpoint != "none":
         for block in model.layers.values():
-            checkpoint_block(block, pcfg.activation_checkpoint)
-    if pcfg.compile:
+            checkpoint_block(block, activation_checkpoint)
+    if compile:
         for block in model.layers.values():
             block.compile()
-    fsdp = layout.dp_shard > 1 or (layout.dp > 1 and layout.tp > 1)
-    if fsdp:
-        dp_mesh = mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
-        apply_fsdp(model, dp_mesh, precision)
-    if meta:
-        from trainperf.model.weights import materialize
-
-        materialize(model, env.device, seed)  # after sharding: each rank allocates its shards only
-    if not fsdp and layout.dp_replicate > 1:
+    if dims.fsdp:
+        apply_fsdp(model, dims.dp_mesh, precision)
+    model.to_empty(device=device)
+    model.init_weights(seed)
+    if dims.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        model = DDP(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+        # every rank drew the same weights: DDP's start-up broadcast only confirms them
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     return model
+
+
+def grad_sync(model: nn.Module, enabled: bool):
+    """A context in which backward does (or does not) reduce gradients across data-parallel ranks.
+
+    Gradient accumulation turns it off for all but the last micro-batch: DDP through `no_sync()`,
+    FSDP2 through `set_requires_gradient_sync` (which keeps the unsharded gradients until the last
+    micro-batch, then reduce-scatters once). One process has nothing to switch."""
+    if enabled:
+        return contextlib.nullcontext()
+    if hasattr(model, "no_sync"):
+        return model.no_sync()
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return _fsdp_no_sync(model)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def apply_float8(model: nn.Module) -> None:
@@ -148,18 +88,6 @@ def apply_float8(model: nn.Module) -> None:
                 and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
     convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=wanted)
-
-
-def _dp_group(layout: Layout, env: DistEnv):
-    """The process group of this rank's data-parallel peers (same tp index); None means the world."""
-    if layout.tp == 1:
-        return None
-    mine = None
-    for t in range(layout.tp):  # every rank must create every group, in the same order
-        g = dist.new_group([d * layout.tp + t for d in range(layout.dp)])
-        if env.rank % layout.tp == t:
-            mine = g
-    return mine
 
 
 def apply_fsdp(model: nn.Module, dp_mesh, precision: str) -> None:

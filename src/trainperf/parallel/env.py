@@ -15,8 +15,6 @@ class DistEnv:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
-    # the data-parallel peers evaluation sums over (set by `parallelize`; None -> every rank)
-    dp_group: object = None
     # how many times torchrun restarted this worker group (>0: resume from the last checkpoint)
     restart_count: int = 0
     # launched by torchrun (which restarts workers that exit non-zero)
@@ -30,9 +28,10 @@ class DistEnv:
     def distributed(self) -> bool:
         return self.world_size > 1
 
-    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+    def all_reduce_sum(self, t: torch.Tensor, group: object = None) -> torch.Tensor:
+        """Sum `t` in place over `group` (None: every rank); one process has nothing to sum."""
         if self.distributed:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.dp_group)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
         return t
 
     def barrier(self) -> None:

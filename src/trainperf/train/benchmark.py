@@ -21,7 +21,7 @@ import torch
 from trainperf.config import Recipe
 from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.parallel.env import DistEnv
-from trainperf.train.loop import RunOptions, Summary, TrainError, train
+from trainperf.train.trainer import RunOptions, Summary, TrainError, train
 
 
 def smoke_max_steps(r: Recipe) -> int:

@@ -1,8 +1,9 @@
 """Distributed checkpoints with torch.distributed.checkpoint (DCP): save every N steps, resume, recover.
 
-A checkpoint holds the (sharded) model and optimizer state keyed by parameter name, the step (batches
-are a pure function of (seed, step) and the learning rate of the step, so the step *is* the data and
-scheduler position), the number of evaluations done, and every rank's RNG state. Because DCP stores
+A checkpoint holds the trainer's `Stateful`s (`train/state.py`: the (sharded) model and optimizer state
+keyed by parameter name, and the `TrainState`: the step, which *is* the data and scheduler position
+because batches and the learning rate are pure functions of it, and the evaluations done), plus
+every rank's RNG state. Because DCP stores
 tensors by name and global shape, a checkpoint written by 2-way FSDP loads into 1 process or into TP.
 
 On disk, under `checkpoint.dir` (default `<run>/checkpoints`):
@@ -24,14 +25,14 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.stateful import Stateful
 
 from trainperf.config import Recipe
 from trainperf.errors import CheckpointError
-from trainperf.parallel.apply import resolve_layout, unwrap
+from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 
 MARKER = "trainperf-checkpoint.json"
@@ -41,12 +42,6 @@ FORMAT = 1
 _SAME_TRAIN = ("seed", "global_batch_size", "lr", "end_lr", "warmup_steps", "decay_steps", "weight_decay",
                "beta1", "beta2", "eps", "grad_clip", "precision", "optimizer")
 _ATTEMPT_FILES = ("metrics.jsonl", "summary.json")
-
-
-@dataclass
-class Resumed:
-    step: int = 0
-    n_evals: int = 0
 
 
 def _step_of(path: Path) -> int:
@@ -137,6 +132,8 @@ class Checkpointer:
 
     def __init__(self, r: Recipe, out: Path, env: DistEnv, seed: int, resume: Path | None = None):
         self.r, self.out, self.env, self.seed = r, out, env, seed
+        self.states: dict[str, Stateful] = {}
+        self.layout: dict = {}
         self.every, self.keep = r.checkpoint.every_steps, r.checkpoint.keep
         self.dir = Path(r.checkpoint.dir) if r.checkpoint.dir else out / "checkpoints"
         self.seconds = 0.0
@@ -199,44 +196,39 @@ class Checkpointer:
 
     # ---- load
 
-    def load(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> Resumed:
-        """Restore model, optimizer, step and RNG from the chosen checkpoint (nothing chosen: step 0)."""
+    def attach(self, states: dict[str, Stateful], dims: ParallelDims) -> None:
+        """What to save and restore (the trainer's Statefuls, by name) and the layout to record."""
+        self.states, self.layout = states, dims.to_dict()
+
+    def load(self) -> bool:
+        """Restore the attached states and this rank's RNG from the chosen checkpoint; False if none."""
         if self.source is None:
-            return Resumed()
+            return False
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.api import CheckpointException
 
         diffs = _compare(self.meta.get("recipe", {}), self.r.to_dict(), self.seed, self.meta.get("seed", -1))
         if diffs:
             raise CheckpointError(f"{self.source}: checkpoint of another model or recipe: " + "; ".join(diffs[:3]))
         t0 = time.perf_counter()
-        inner = unwrap(model)
-        model_sd, optim_sd = get_state_dict(inner, opt)
-        # only tensors are read back: DCP unpickles non-tensor entries with weights_only=False, and the
-        # param groups' hyperparameters come from the recipe anyway (the lr is set every step)
-        state = {"model": model_sd, "optim": {"state": optim_sd["state"]},
-                 "train": {"step": torch.zeros((), dtype=torch.int64), "n_evals": torch.zeros((), dtype=torch.int64)}}
+        state: dict = dict(self.states)
         same_world = self.meta.get("world_size") == self.env.world_size
         rng = self._rng_state()
         if self.meta.get("device_type") != self.env.device.type:
             rng = {k: v for k, v in rng.items() if not k.startswith("cuda_")}
         if same_world:
             state.update(rng)
-        from torch.distributed.checkpoint.api import CheckpointException
-
         try:
             dcp.load(state, checkpoint_id=str(self.source))
         except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
             msg = _first_error(e)
             raise CheckpointError(f"{self.source}: corrupt or incompatible checkpoint ({msg})") from None
-        optim_sd["state"] = state["optim"]["state"]
-        set_state_dict(inner, opt, model_state_dict=state["model"], optim_state_dict=optim_sd)
         if same_world:
             # the same world size: every rank continues its own random streams exactly
             self._set_rng_state({k: state[k] for k in rng})
         self.seconds += time.perf_counter() - t0
-        self.saved_step = int(state["train"]["step"])
-        return Resumed(int(state["train"]["step"]), int(state["train"]["n_evals"]))
+        self.saved_step = self.resume_step
+        return True
 
     def _rng_state(self) -> dict[str, torch.Tensor]:
         """This rank's generator states, keyed by rank (each rank has its own streams)."""
@@ -254,20 +246,19 @@ class Checkpointer:
 
     # ---- save
 
-    def before_step(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> None:
+    def before_step(self, step: int) -> None:
         """Called before each step: save the state "at the start of step `step`" every N steps."""
         if self.every and step > 0 and step % self.every == 0 and step != self.saved_step:
-            self.save(step, model, opt, n_evals)
+            self.save(step)
         if self.fault is not None and self.env.restart_count == 0 and self.fault == (self.env.rank, step):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def finish(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> None:
+    def finish(self, step: int) -> None:
         if self.every and step != self.saved_step:
-            self.save(step, model, opt, n_evals)
+            self.save(step)
 
-    def save(self, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, n_evals: int) -> Path:
+    def save(self, step: int) -> Path:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         t0 = time.perf_counter()
         env = self.env
@@ -280,12 +271,7 @@ class Checkpointer:
             for stale in self.dir.glob(".step_*.tmp"):
                 shutil.rmtree(stale, ignore_errors=True)  # left by saves that crashed; never read
         env.barrier()
-        model_sd, optim_sd = get_state_dict(unwrap(model), opt)
-        state = {"model": model_sd, "optim": optim_sd,
-                 "train": {"step": torch.tensor(step, dtype=torch.int64),
-                           "n_evals": torch.tensor(n_evals, dtype=torch.int64)},
-                 **self._rng_state()}
-        dcp.save(state, checkpoint_id=str(tmp))
+        dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
         if env.is_main:
             self._commit(tmp, final, step)
             self._prune()
@@ -295,10 +281,9 @@ class Checkpointer:
         return final
 
     def _commit(self, tmp: Path, final: Path, step: int) -> None:
-        layout = resolve_layout(self.r.parallel, self.env.world_size)
         meta = {"format": FORMAT, "step": step, "samples": step * self.r.train.global_batch_size,
                 "seed": self.seed, "world_size": self.env.world_size, "device_type": self.env.device.type,
-                "layout": layout.to_dict(),
+                "layout": self.layout,
                 "recipe": self.r.to_dict(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
         marker_tmp = tmp / (MARKER + ".tmp")
@@ -323,6 +308,14 @@ class Checkpointer:
             (old / MARKER).unlink(missing_ok=True)
             shutil.rmtree(old, ignore_errors=True)
 
+    def first_run_start(self) -> float | None:
+        """When the first attempt of this run started its clock (run_start, Unix seconds), from the
+        result logs set aside in `attempts/`; None for a run that never restarted."""
+        starts = []
+        for log in sorted((self.out / "attempts").glob(f"*/result_{self.seed}.txt")):
+            starts += _run_starts(log)
+        return min(starts) / 1000.0 if starts else None
+
     def summary_fields(self) -> dict:
         return {"restarts": self.restarts, "lost_steps": self.lost_steps, "resumed_from_step": self.resume_step,
                 "checkpoints": [p.name for p in committed(self.dir)] if self.env.is_main else []}
@@ -339,6 +332,25 @@ def _first_error(e: BaseException) -> str:
     text = str(e).strip()
     line = text.splitlines()[0][:160] if text else ""
     return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+def _run_starts(log: Path) -> list[float]:
+    """The time_ms of every run_start in an MLPerf result log (a killed attempt's last line may be cut)."""
+    out = []
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        if '"run_start"' not in line or not line.startswith(":::MLLOG "):
+            continue
+        try:
+            rec = json.loads(line[len(":::MLLOG "):])
+        except ValueError:
+            continue
+        if rec.get("key") == "run_start" and isinstance(rec.get("time_ms"), (int, float)):
+            out.append(float(rec["time_ms"]))
+    return out
 
 
 def _last_step(metrics: Path) -> int:
