@@ -5,8 +5,8 @@ import pytest
 
 from trainperf.config import DataConfig
 from trainperf.data.corpus import DataError, Document, file_documents, stdlib_documents
-from trainperf.data.pipeline import TrainBatches, build_eval_set, prepare, synthetic_documents
-from trainperf.data.shards import open_dataset, write_dataset
+from trainperf.data.pipeline import TrainBatches, build_eval_set, open_dataset, prepare, synthetic_documents
+from trainperf.data.shards import write_dataset
 from trainperf.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 
 TEXT = "def f(x):\n    return x * 2  # naïve ünïcode ✓\n"

@@ -9,9 +9,9 @@ import torch
 
 from trainperf.config import DataConfig
 from trainperf.data.corpus import DataError, Document, file_documents
-from trainperf.data.pipeline import eval_set, prepare, train_batches
+from trainperf.data.pipeline import eval_set, open_dataset, prepare, train_batches
 from trainperf.data.samples import IGNORE, SampleData, pair_sample, read_samples, write_samples
-from trainperf.data.shards import open_dataset, write_dataset
+from trainperf.data.shards import write_dataset
 from trainperf.data.tokenizer import ByteTokenizer
 from trainperf.model.transformer import Transformer
 from trainperf.config import ModelConfig

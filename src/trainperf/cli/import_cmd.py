@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from trainperf import atomic
+from trainperf.config import load_recipe
 from trainperf.errors import RunError, UsageError
 
 # The [model] keys printed for a recipe, in ModelConfig order; rope_theta only means something for llama.
@@ -41,18 +42,12 @@ def cmd_import_hf(args) -> int:
     if args.overrides and not args.recipe:
         raise UsageError("import-hf: --set needs --recipe")
     if args.recipe:
-        from trainperf.config import load_recipe
-
         like = load_recipe(args.recipe, args.overrides).model  # a bad recipe is a ConfigError: exit 2
     _, notes = read_hf_config(args.hf_dir)
     cfg, sd = read_hf_checkpoint(args.hf_dir, like=like)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:  # temp + rename: a crash never leaves a half-written checkpoint under the final name
+    with atomic.atomic_path(out) as tmp:  # a crash never leaves a half-written checkpoint under the final name
         save_file(sd, str(tmp), metadata={"format": "pt", "converted_from": str(args.hf_dir)})
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     n = sum(t.numel() for t in sd.values())
     print(f"wrote {out}: {len(sd)} tensors, {n:,} parameters in trainperf's names"
           + (f"; matches recipe {args.recipe}" if args.recipe else ""))

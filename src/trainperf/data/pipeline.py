@@ -8,6 +8,7 @@ global batch whatever the world size.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +17,13 @@ import numpy as np
 import torch
 
 from trainperf.config import DataConfig
-from trainperf.data.corpus import DataError, Document, file_documents, stdlib_documents
-from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, read_samples, samples_fingerprint,
-                                    synthetic_samples, write_samples, _shift)
-from trainperf.data.shards import dataset_fingerprint, open_dataset, write_dataset
+from trainperf.data.corpus import Document, file_documents, stdlib_documents
+from trainperf.data.prepared import read_meta
+from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, open_samples, read_samples,
+                                    samples_fingerprint, synthetic_samples, write_samples, _shift)
+from trainperf.data.shards import dataset_fingerprint, open_tokens, write_dataset
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
+from trainperf.errors import DataError
 
 
 def cache_root(cfg: DataConfig) -> Path:
@@ -68,6 +71,19 @@ def _tokenizer_key(cfg: DataConfig) -> str:
         raise DataError(f"{cfg.tokenizer}: cannot read tokenizer file ({e.strerror})") from None
 
 
+def open_dataset(path: str | Path, verify: bool = True):
+    """Open a prepared folder of either kind (TokenData or SampleData, as its meta.json says); a
+    missing, truncated or corrupt file is a DataError naming it."""
+    path = Path(path)
+    meta = read_meta(path)
+    kind = meta.get("kind", "tokens")
+    if kind == "samples":
+        return open_samples(path, meta, verify)
+    if kind == "tokens":
+        return open_tokens(path, meta, verify)
+    raise DataError(f"{path / 'meta.json'}: unknown kind {kind!r} (tokens or samples)")
+
+
 def _check_kind(cfg: DataConfig, data):
     held = "samples" if isinstance(data, SampleData) else "tokens"
     if held != cfg.kind:
@@ -90,8 +106,6 @@ def prepare(cfg: DataConfig, out: Path | None = None, row_len: int = 0):
     train_docs = docs if val_docs is not None else [d for d in docs if not d.is_val]
     key = f"{dataset_fingerprint(docs, val_docs)[:16]}-{_tokenizer_key(cfg)}"
     if cfg.eod:
-        import hashlib
-
         key += "-eod" + hashlib.sha256(cfg.eod.encode()).hexdigest()[:8]
     target = out or cache_root(cfg) / key
     if out is None and (target / "meta.json").exists():

@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainperf.data.corpus import DataError, corpus_files, held_out, read_rows
-from trainperf.data.shards import PreparedData, _dtype_for, _sha256_file, atomic_dir, with_val
+from trainperf import atomic
+from trainperf.data.corpus import corpus_files, held_out, read_rows
+from trainperf.data.prepared import FORMAT, PreparedData, dtype_for, sha256_file, with_val
 from trainperf.data.tokenizer import Tokenizer, load_tokenizer
+from trainperf.errors import DataError
 
 IGNORE = -100  # the label of a position that is not scored (F.cross_entropy's ignore_index)
 
@@ -124,10 +126,10 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
     for s in train + val:
         if s.ids and max(s.ids) >= vocab:
             raise DataError(f"sample {s.id}: token id {max(s.ids)} is outside the tokenizer's vocabulary ({vocab})")
-    dtype = _dtype_for(vocab)
+    dtype = dtype_for(vocab)
     fp = with_val(samples_fingerprint(samples), samples_fingerprint(val_samples) if val_samples is not None else None)
-    with atomic_dir(Path(out)) as tmp:
-        meta: dict = {"format": 1, "kind": "samples", "corpus": corpus_name, "fingerprint": fp,
+    with atomic.atomic_dir(Path(out), overwrite=True) as tmp:
+        meta: dict = {"format": FORMAT, "kind": "samples", "corpus": corpus_name, "fingerprint": fp,
                       "val_source": "hash split" if val_samples is None else "file",
                       "tokenizer": tok.name, "vocab_size": vocab, "dtype": dtype.name, "row_len": row_len}
         for name, part in (("train", train), ("val", val)):
@@ -135,8 +137,8 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
             ids.tofile(tmp / f"{name}_ids.bin")
             labels.tofile(tmp / f"{name}_labels.bin")
             meta[name] = {"rows": len(part), "scored_tokens": int((labels != IGNORE).sum()),
-                          "sha256": {f"{name}_ids.bin": _sha256_file(tmp / f"{name}_ids.bin"),
-                                     f"{name}_labels.bin": _sha256_file(tmp / f"{name}_labels.bin")}}
+                          "sha256": {f"{name}_ids.bin": sha256_file(tmp / f"{name}_ids.bin"),
+                                     f"{name}_labels.bin": sha256_file(tmp / f"{name}_labels.bin")}}
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     return Path(out)
@@ -169,7 +171,7 @@ def open_samples(path: Path, meta: dict, verify: bool = True) -> SampleData:
                 want = rows * row_len * dt.itemsize
                 if f.stat().st_size != want:
                     raise DataError(f"{f}: {f.stat().st_size} bytes, expected {want} (truncated or corrupt)")
-                if verify and _sha256_file(f) != meta[name]["sha256"][f.name]:
+                if verify and sha256_file(f) != meta[name]["sha256"][f.name]:
                     raise DataError(f"{f}: checksum mismatch (corrupt file)")
                 arrays[f"{name}_{part}"] = np.memmap(f, dtype=dt, mode="r", shape=(rows, row_len))
     except (KeyError, TypeError, ValueError) as e:

@@ -11,33 +11,17 @@ Folders are written aside and renamed into place, so a crash never leaves one th
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from trainperf.data.corpus import DataError, Document, fingerprint, split
+from trainperf import atomic
+from trainperf.data.corpus import Document, fingerprint, split
+from trainperf.data.prepared import FORMAT, PreparedData, dtype_for, sha256_file, with_val
 from trainperf.data.tokenizer import Tokenizer, load_tokenizer
-
-FORMAT = 1
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _dtype_for(vocab: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab <= 2**16 else np.dtype(np.uint32)
+from trainperf.errors import DataError
 
 
 def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype,
@@ -50,32 +34,9 @@ def _encode(tok: Tokenizer, docs: list[Document], dtype: np.dtype,
     return flat, index
 
 
-def with_val(train_fp: str, val_fp: str | None) -> str:
-    """A dataset's fingerprint: the training source's, combined with a separate validation source's."""
-    if val_fp is None:
-        return train_fp
-    return hashlib.sha256(f"{train_fp}+val:{val_fp}".encode()).hexdigest()
-
-
 def dataset_fingerprint(docs: list[Document], val_docs: list[Document] | None = None) -> str:
     """The corpus fingerprint; with a separate validation source, over both (train first)."""
     return with_val(fingerprint(docs), fingerprint(val_docs) if val_docs is not None else None)
-
-
-@contextmanager
-def atomic_dir(out: Path):
-    """Yield a temporary folder beside `out`, renamed to `out` when the block succeeds and deleted
-    when it fails, so a crash never leaves a folder that looks complete."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: str,
@@ -90,12 +51,12 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
         raise DataError(f"empty {'training' if not docs else 'validation'} corpus")
     else:
         train, val = docs, val_docs
-    dtype = _dtype_for(tok.vocab_size)
+    dtype = dtype_for(tok.vocab_size)
     eod_id = tok.token_id(eod) if eod else None
     if eod and eod_id is None:
         raise DataError(f"data.eod: {eod!r} is not a token of the tokenizer ({tok.name})")
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic.atomic_dir(out, overwrite=True) as tmp:  # a corrupt cache entry is replaced
         meta: dict = {"format": FORMAT, "kind": "tokens", "corpus": corpus_name,
                       "fingerprint": dataset_fingerprint(docs, val_docs),
                       "val_source": "hash split" if val_docs is None else "file", "eod": eod,
@@ -105,29 +66,12 @@ def write_dataset(out: Path, docs: list[Document], tok: Tokenizer, corpus_name: 
             flat, index = _encode(tok, part, dtype, eod_id)
             flat.tofile(tmp / f"{name}.bin")
             meta[name] = {"tokens": int(flat.size), "bytes": int(index[:, 1].sum()),
-                          "sha256": _sha256_file(tmp / f"{name}.bin")}
+                          "sha256": sha256_file(tmp / f"{name}.bin")}
             if name == "val":
                 np.save(tmp / "val_index.npy", index)
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     return out
-
-
-@dataclass
-class PreparedData:
-    """What every prepared folder has, whatever it holds: its meta.json and its tokenizer."""
-
-    path: Path
-    meta: dict
-    tokenizer: Tokenizer
-
-    @property
-    def fingerprint(self) -> str:
-        return self.meta["fingerprint"]
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.meta["vocab_size"])
 
 
 @dataclass
@@ -139,22 +83,9 @@ class TokenData(PreparedData):
     val_index: np.ndarray  # (docs, 2): tokens, bytes
 
 
-def open_dataset(path: str | Path, verify: bool = True) -> TokenData:
-    """Open a prepared folder; a missing, truncated or corrupt shard is a DataError naming the file."""
-    path = Path(path)
-    meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{meta_path}: missing; prepare the data with `trainperf data prepare`") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{meta_path}: unreadable or corrupt ({e})") from None
-    if meta.get("format") != FORMAT:
-        raise DataError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT}")
-    if meta.get("kind", "tokens") != "tokens":
-        from trainperf.data.samples import open_samples
-
-        return open_samples(path, meta, verify)
+def open_tokens(path: Path, meta: dict, verify: bool = True) -> TokenData:
+    """Open a token-shard folder whose meta.json is `meta`; a missing, truncated or corrupt shard is a
+    DataError naming the file."""
     dtype = np.dtype(meta["dtype"])
     arrays = {}
     for name in ("train", "val"):
@@ -164,7 +95,7 @@ def open_dataset(path: str | Path, verify: bool = True) -> TokenData:
         want = meta[name]["tokens"] * dtype.itemsize
         if f.stat().st_size != want:
             raise DataError(f"{f}: {f.stat().st_size} bytes, expected {want} (truncated or corrupt shard)")
-        if verify and _sha256_file(f) != meta[name]["sha256"]:
+        if verify and sha256_file(f) != meta[name]["sha256"]:
             raise DataError(f"{f}: checksum mismatch (corrupt shard)")
         arrays[name] = np.memmap(f, dtype=dtype, mode="r")
     try:

@@ -12,6 +12,8 @@ from typing import Iterable, Protocol
 
 import numpy as np
 
+from trainperf.errors import DataError
+
 
 class Tokenizer(Protocol):
     name: str
@@ -131,8 +133,6 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        from trainperf.data.corpus import DataError
-
         raise DataError(f"{path}: cannot read tokenizer ({e})") from None
     if raw.get("trainperf_tokenizer") == "byte":
         return ByteTokenizer()
@@ -141,6 +141,4 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     try:
         return HFTokenizer(_Tok.from_file(str(path)), name=f"file:{path.name}")
     except Exception as e:  # tokenizers raises a bare Exception on a malformed file
-        from trainperf.data.corpus import DataError
-
         raise DataError(f"{path}: not a valid tokenizer.json ({e})") from None

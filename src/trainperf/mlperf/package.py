@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trainperf
+from trainperf import atomic
 from trainperf.mlperf.benchmarks import OFFICIAL
 from trainperf.mlperf.score import RunLog, ScoreError, find_results, read_log
 
@@ -102,12 +103,6 @@ def system_description(name: str, submitter: str, status: str, runs: list[RunLog
     return desc, to_fill
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def package(dirs: list[Path], system: str, out: Path, submitter: str = "", status: str = STATUSES[2],
             run_checker: bool = True) -> PackageResult:
     """Copy the logs into a new submission tree at `out` (which must not exist) and check it."""
@@ -126,19 +121,13 @@ def package(dirs: list[Path], system: str, out: Path, submitter: str = "", statu
     if len(seeds) != len(set(seeds)):
         raise ScoreError("duplicated seeds among the runs; MLPerf runs need distinct seeds")
     desc, to_fill = system_description(system, submitter or os.environ.get("TRAINPERF_ORG", ""), status, runs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".package-", dir=out.parent))  # same filesystem: rename is atomic
-    try:
+    with atomic.atomic_dir(out) as stage:  # the tree appears whole or not at all
         res_dir = stage / "results" / system / bench
         res_dir.mkdir(parents=True)
         (stage / "systems").mkdir()
         for i, r in enumerate(runs):
             shutil.copyfile(r.path, res_dir / f"result_{i}.txt")
-        _write_json(stage / "systems" / f"{system}.json", desc)
-        stage.rename(out)  # the tree appears whole or not at all
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        (stage / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
     files = sorted(p for p in out.rglob("*") if p.is_file())
     result = PackageResult(out, files, to_fill, False, None)
     if not run_checker:

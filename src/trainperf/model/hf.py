@@ -6,7 +6,7 @@
   against nn.Linear), fuses q, k and v into `c_attn` and always has biases. Going to HF, bias-free
   layers get zero biases and grouped-query k/v heads are repeated (exact). Coming back, zero biases
   are dropped when the model has none, and repeated k/v heads are folded back when the model has
-  fewer k/v heads; anything else that trainperf cannot compute is a CheckpointError.
+  fewer k/v heads; anything else that trainperf cannot compute is a WeightsError.
 
 Reading goes tensor by tensor through `safetensors.safe_open`, single-file or sharded
 (`model.safetensors.index.json`), so loading a big model never holds it twice.
@@ -25,7 +25,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from trainperf.config import ModelConfig
-from trainperf.model.weights import CheckpointError
+from trainperf.errors import WeightsError
+from trainperf.model.transformer import Transformer
 
 # trainperf name -> HF name. Layer entries are relative to `layers.<i>.` / the HF layer prefix;
 # projections (no leaf) take `.weight` and, with model.bias, `.bias`.
@@ -86,7 +87,7 @@ def rules(cfg: ModelConfig) -> list[Rule]:
                 out.append(Rule(f"{h}{theirs}.weight", (f"{p}{ours}.weight",), conv1d=True))
                 out.append(Rule(f"{h}{theirs}.bias", (f"{p}{ours}.bias",), optional_bias=True))
     else:
-        raise CheckpointError(f"model.family={cfg.family!r}: no Hugging Face class maps to it "
+        raise WeightsError(f"model.family={cfg.family!r}: no Hugging Face class maps to it "
                               "(llama -> LlamaForCausalLM, gpt -> GPT2LMHeadModel)")
     if cfg.tie_embeddings:  # HF drops the tied head too, or keeps a copy of the embedding
         out = [r for r in out if r.ours != ("output.weight",)]
@@ -144,7 +145,7 @@ def hf_config(cfg: ModelConfig) -> dict:
             "scale_attn_weights": True, "tie_word_embeddings": cfg.tie_embeddings,
             "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
         }
-    raise CheckpointError(f"model.family={cfg.family!r}: no Hugging Face class maps to it")
+    raise WeightsError(f"model.family={cfg.family!r}: no Hugging Face class maps to it")
 
 
 # ---------------------------------------------------------------- reading HF checkpoints
@@ -193,15 +194,15 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CheckpointError(f"{file}: not found (not a Hugging Face checkpoint folder)") from None
+        raise WeightsError(f"{file}: not found (not a Hugging Face checkpoint folder)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{file}: not readable JSON ({e})") from None
+        raise WeightsError(f"{file}: not readable JSON ({e})") from None
     kind = raw.get("model_type")
     notes: list[str] = []
 
     def need(key: str, ok: bool, why: str) -> None:
         if not ok:
-            raise CheckpointError(f"{file}: {key}={raw.get(key)!r}: {why}")
+            raise WeightsError(f"{file}: {key}={raw.get(key)!r}: {why}")
 
     if kind == "llama":
         d, n_head = int(raw.get("hidden_size", 4096)), int(raw.get("num_attention_heads", 32))
@@ -221,7 +222,7 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
                                rope_high_freq_factor=float(rp.get("high_freq_factor", 4.0)),
                                rope_original_context=int(rp.get("original_max_position_embeddings", 8192)))
             except (KeyError, TypeError, ValueError):
-                raise CheckpointError(f"{file}: rope_scaling of type 'llama3' without a numeric 'factor'") from None
+                raise WeightsError(f"{file}: rope_scaling of type 'llama3' without a numeric 'factor'") from None
         elif rope_type != "default":
             notes.append(f"{file}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
                          "its logits differ from transformers' (most at long distances)")
@@ -246,7 +247,7 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
                           norm_eps=float(raw.get("layer_norm_epsilon", 1e-5)),
                           tie_embeddings=bool(raw.get("tie_word_embeddings", True)), bias=True)
     else:
-        raise CheckpointError(f"{file}: model_type={kind!r}: trainperf reads llama (LlamaForCausalLM) and "
+        raise WeightsError(f"{file}: model_type={kind!r}: trainperf reads llama (LlamaForCausalLM) and "
                               "gpt2 (GPT2LMHeadModel) checkpoints only")
     return cfg, notes
 
@@ -264,15 +265,15 @@ class HFTensors:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
                 self._file = {k: self.path / v for k, v in weight_map.items()}
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-                raise CheckpointError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
+                raise WeightsError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
         elif single.is_file():
             try:
                 with safe_open(str(single), framework="pt") as f:
                     self._file = {k: single for k in f.keys()}
             except (SafetensorError, OSError) as e:
-                raise CheckpointError(f"{single}: not a readable safetensors file ({e})") from None
+                raise WeightsError(f"{single}: not a readable safetensors file ({e})") from None
         else:
-            raise CheckpointError(f"{self.path}: no model.safetensors or model.safetensors.index.json "
+            raise WeightsError(f"{self.path}: no model.safetensors or model.safetensors.index.json "
                                   "(PyTorch .bin checkpoints are not read: re-save with safe_serialization)")
 
     def _key(self, key: str) -> str:
@@ -293,17 +294,17 @@ class HFTensors:
         if stored not in self._file:
             index = self.path / "model.safetensors.index.json"
             where = index if index.is_file() else self.path / "model.safetensors"
-            raise CheckpointError(f"{where}: no tensor '{key}' (the weights do not match config.json)")
+            raise WeightsError(f"{where}: no tensor '{key}' (the weights do not match config.json)")
         file = self._file[stored]
         try:
             with safe_open(str(file), framework="pt") as f:
                 return f.get_tensor(stored)
         except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{file}: cannot read '{stored}' ({e})") from None
+            raise WeightsError(f"{file}: cannot read '{stored}' ({e})") from None
 
 
 def check_matches(hf: ModelConfig, model: ModelConfig, where: Path) -> None:
-    """One-line CheckpointError naming the first model.* field where the checkpoint is not `model`."""
+    """One-line WeightsError naming the first model.* field where the checkpoint is not `model`."""
     checks = [("family", hf.family, model.family), ("n_layer", hf.n_layer, model.n_layer),
               ("d_model", hf.d_model, model.d_model), ("n_head", hf.n_head, model.n_head)]
     # GPT-2 stores every k/v head; repeats fold back into fewer (iter_converted checks they are repeats)
@@ -325,7 +326,7 @@ def check_matches(hf: ModelConfig, model: ModelConfig, where: Path) -> None:
     for name, theirs, ours in checks:
         same = math.isclose(theirs, ours, rel_tol=1e-9) if isinstance(ours, float) else theirs == ours
         if not same:
-            raise CheckpointError(f"{where / 'config.json'}: the checkpoint has model.{name}={theirs!r}, "
+            raise WeightsError(f"{where / 'config.json'}: the checkpoint has model.{name}={theirs!r}, "
                                   f"the recipe {ours!r}")
 
 
@@ -336,7 +337,7 @@ def _fold_kv(t: torch.Tensor, hf_heads: int, kv_heads: int, key: str, file: Path
     group = hf_heads // kv_heads
     heads = t.reshape(kv_heads, group, -1, *t.shape[1:])
     if not torch.equal(heads, heads[:, :1].expand_as(heads)):
-        raise CheckpointError(f"{file}: '{key}' has {hf_heads} distinct k/v heads; set model.n_kv_head={hf_heads}")
+        raise WeightsError(f"{file}: '{key}' has {hf_heads} distinct k/v heads; set model.n_kv_head={hf_heads}")
     return heads[:, 0].reshape(-1, *t.shape[1:]).clone()
 
 
@@ -352,12 +353,12 @@ def iter_converted(tensors: HFTensors, cfg: ModelConfig,
             t = t.t()
         if r.optional_bias and not cfg.bias:
             if torch.count_nonzero(t):
-                raise CheckpointError(f"{tensors.file_of(r.hf)}: '{r.hf}' is not zero but model.bias=false; "
+                raise WeightsError(f"{tensors.file_of(r.hf)}: '{r.hf}' is not zero but model.bias=false; "
                                       "set model.bias=true to keep the biases")
             continue
         if len(r.ours) == 3:  # fused q, k, v: equal thirds (GPT-2 stores every k/v head)
             if t.shape[0] % 3:
-                raise CheckpointError(f"{tensors.file_of(r.hf)}: '{r.hf}' has shape {tuple(t.shape)}, "
+                raise WeightsError(f"{tensors.file_of(r.hf)}: '{r.hf}' has shape {tuple(t.shape)}, "
                                       "not three equal q/k/v parts")
             parts = list(t.split(t.shape[0] // 3, 0))
             for i in (1, 2):
@@ -391,7 +392,7 @@ def read_hf_checkpoint(path: str | Path,
     for key, hf_key, t in iter_converted(tensors, cfg, hf_cfg):
         want = shapes.get(key)
         if want is not None and tuple(t.shape) != want:
-            raise CheckpointError(f"{tensors.file_of(hf_key)}: '{hf_key}' gives {key} shape {tuple(t.shape)}, "
+            raise WeightsError(f"{tensors.file_of(hf_key)}: '{hf_key}' gives {key} shape {tuple(t.shape)}, "
                                   f"config.json says {want}")
         sd[key] = t
     return cfg, sd
@@ -399,8 +400,6 @@ def read_hf_checkpoint(path: str | Path,
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Parameter shapes of a plain trainperf model of `cfg`, without allocating it."""
-    from trainperf.model.transformer import Transformer
-
     with torch.device("meta"):
         model = Transformer(dataclasses.replace(cfg, lora_rank=0))
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -8,11 +8,11 @@ one generation from a measured `trainperf run` (its summary.json).
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from trainperf import atomic
 from trainperf.config import ConfigError
 
 CALIB_FILE = Path(__file__).with_name("calibration.toml")
@@ -70,9 +70,7 @@ def load_calibration(path: Path | None = None) -> Calibration:
 
 def save_calibration(cal: Calibration, path: Path | None = None) -> Path:
     p = path or CALIB_FILE
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(cal.to_toml(), encoding="utf-8")
-    os.replace(tmp, p)
+    atomic.write_text(p, cal.to_toml())
     return p
 
 

@@ -3,8 +3,9 @@ step-time breakdown of the first kind across GPU counts."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from trainperf import atomic
 
 CATEGORIES = [("compute", "compute"), ("tp", "exposed TP"), ("cp", "exposed CP"), ("pp_bubble", "PP bubble"),
               ("dp", "exposed DP"), ("other", "other")]
@@ -43,8 +44,7 @@ def plot_sweep(points, bench: str, out: str | Path) -> Path:
     ax2.legend(fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic.atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, out)
     return out

@@ -12,14 +12,13 @@ Weights are renamed and, where the layouts differ, rearranged so the logits are 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from trainperf import atomic
 from trainperf.config import ModelConfig
 from trainperf.errors import ExportError
 from trainperf.model import hf
@@ -120,17 +119,9 @@ def export_hf(run_dir: str | Path, out: str | Path) -> Path:
     config, hf = hf_state_dict(cfg, sd)
     dtype = next(iter(hf.values())).dtype
     config["torch_dtype"] = config["dtype"] = str(dtype).removeprefix("torch.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic.atomic_dir(out) as tmp:  # replaces an empty `out` (checked above), never a full one
         save_file({k: v.contiguous() for k, v in hf.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         _tokenizer_files(run_dir, tmp, cfg)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -6,12 +6,12 @@ from __future__ import annotations
 import base64
 import html
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trainperf
+from trainperf import atomic
 from trainperf.report import plots
 from trainperf.report.rundir import RunData, RunDirError, expand_run_dirs, load_run
 from trainperf.report.scaling import PlanError, load_plan, load_published, published_csv
@@ -25,12 +25,6 @@ class Report:
     images: list[Path] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     scores: list[Score] = field(default_factory=list)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _fmt_time(s: float) -> str:
@@ -185,7 +179,7 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
     out.mkdir(parents=True, exist_ok=True)
     images = []
     for name, png, _ in figures:
-        _atomic_write(out / name, png)
+        atomic.write_bytes(out / name, png)
         images.append(out / name)
 
     title = "trainperf report"
@@ -205,5 +199,5 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         parts.append(_figure(name, png, caption))
     parts.append("</main></body></html>\n")
     index = out / "index.html"
-    _atomic_write(index, "\n".join(parts).encode("utf-8"))
+    atomic.write_bytes(index, "\n".join(parts).encode("utf-8"))
     return Report(index=index, runs=[r.path for r in runs], images=images, verdicts=verdicts, scores=scores)

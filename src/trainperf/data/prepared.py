@@ -1,0 +1,70 @@
+"""What every prepared data folder shares, whatever it holds (token shards or fine-tuning samples):
+its meta.json, its tokenizer, checksums and the token dtype. Both kinds build on this module, so
+neither imports the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.data.tokenizer import Tokenizer
+from trainperf.errors import DataError
+
+FORMAT = 1
+
+
+@dataclass
+class PreparedData:
+    """What every prepared folder has, whatever it holds: its meta.json and its tokenizer."""
+
+    path: Path
+    meta: dict
+    tokenizer: Tokenizer
+
+    @property
+    def fingerprint(self) -> str:
+        return self.meta["fingerprint"]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dtype_for(vocab: int) -> np.dtype:
+    """The smallest unsigned dtype that holds every token id of a `vocab`-sized tokenizer."""
+    return np.dtype(np.uint16) if vocab <= 2**16 else np.dtype(np.uint32)
+
+
+def with_val(train_fp: str, val_fp: str | None) -> str:
+    """A dataset's fingerprint: the training source's, combined with a separate validation source's."""
+    if val_fp is None:
+        return train_fp
+    return hashlib.sha256(f"{train_fp}+val:{val_fp}".encode()).hexdigest()
+
+
+def read_meta(path: Path) -> dict:
+    """A prepared folder's meta.json; missing, corrupt or of another format is a DataError naming it."""
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{meta_path}: missing; prepare the data with `trainperf data prepare`") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{meta_path}: unreadable or corrupt ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise DataError(f"{meta_path}: format {got!r}, expected {FORMAT}")
+    return meta
