@@ -86,3 +86,86 @@ def test_calibrate_from_a_run_dir(capsys, tmp_path):
     (run / "summary.json").write_text("{}")
     assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "64", "--calibrate", str(run)]) == 2
     assert "not a trainperf summary" in capsys.readouterr().err
+
+
+def test_plan_round_sets_rules_and_is_in_json(capsys):
+    new = run_json(capsys, "llama2_70b_lora", "--gpu", "b200", "--gpus", "8")
+    old = run_json(capsys, "llama2_70b_lora", "--gpu", "b200", "--gpus", "8", "--round", "v4.1")
+    assert new["round"] == "6.1" and new["rcp_ruleset"] == "6.1.0" and new["layout"]["precision"] == "fp4"
+    # v4.1: its RCPs, no FP4 yet, and NeMo 24.09's measured evaluation costs
+    assert old["round"] == "4.1" and old["rcp_ruleset"] == "4.1.0" and old["layout"]["precision"] == "fp8"
+    assert old["minutes"] > new["minutes"]
+    sw = main(["plan", "sweep", "gpt3_175b", "--gpu", "h100", "--gpus", "512", "--round", "3.1", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert sw == 0 and d[0]["round"] == "3.1" and d[0]["rcp_ruleset"] == "3.1.0"
+
+
+def test_plan_and_validate_give_the_same_number_for_a_row():
+    from trainperf.plan.api import make_plan
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import gpu_for_result
+    from trainperf.plan.validate import Predictor, load_results
+
+    cal = load_calibration()
+    pred = Predictor(cal)
+    picks = {("4.1", "llama2_70b_lora", "Azure", 512), ("5.0", "llama31_405b", "NVIDIA", 512),
+             ("5.1", "llama31_8b", "NVIDIA", 8)}
+    rows = [r for r in load_results() if (r.round, r.benchmark, r.submitter, r.n_gpus) in picks]
+    assert len(rows) >= 3
+    for r in rows:
+        g = gpu_for_result(r.accelerator)
+        p = make_plan(r.benchmark, g.key, r.n_gpus, gbs=r.gbs, round_=r.round, calib=cal, top=1)
+        assert p.best.minutes == pytest.approx(pred.predict(r).estimate.minutes, rel=1e-12), r.key
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["plan", "llama2_70b_lora", "--gpu", "h100", "--gpus", "8", "--round", "3.1"], "no rules for round"),
+    (["plan", "llama2_70b_lora", "--gpu", "b200", "--gpus", "8", "--round", "4.1", "--precision", "fp4"],
+     "allows no fp4"),
+    (["plan", "validate", "--round", "4.1"], "--round does not apply"),
+])
+def test_plan_round_errors(capsys, argv, msg):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
+def test_published_layouts_rank_first_unless_explore(capsys):
+    argv = ["llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--round", "4.1", "--gbs", "64"]
+    d = run_json(capsys, *argv)
+    x = run_json(capsys, *argv, "--explore")
+    # nobody published tp 1 x cp 8 on Hopper: the model's fastest comes second to NVIDIA's tp 4 x cp 2
+    assert (d["layout"]["tp"], d["layout"]["cp"]) == (4, 2) and d["evidence"]["submitter"] == "NVIDIA"
+    assert "github.com" in d["evidence"]["source"]
+    assert x["evidence"] is None and x["minutes"] < d["minutes"]
+    assert d["fastest_unpublished"]["minutes"] == pytest.approx(x["minutes"])
+    assert x["fastest_unpublished"] is None
+
+
+def test_cost_energy_and_price(capsys):
+    d = run_json(capsys, "llama2_70b_lora", "--gpu", "h100", "--gpus", "64", "--price", "2.5", "--pue", "1.3")
+    c = d["cost"]
+    hours = d["minutes"] / 60 * 64
+    assert c["gpu_hours"] == pytest.approx(hours, rel=1e-3)
+    assert c["energy_kwh"] == pytest.approx(700 * hours * 1.3 / 1000, abs=0.01)  # H100 SXM TDP 700 W
+    assert c["cost_usd"] == pytest.approx(2.5 * hours, rel=1e-3)
+    assert c["gpu_hours_p10"] < c["gpu_hours"] < c["gpu_hours_p90"]
+    assert main(["plan", "llama2_70b_lora", "--gpu", "h100", "--gpus", "64", "--price", "-1"]) == 2
+    assert "--price" in capsys.readouterr().err
+
+
+def test_vs_decomposes_the_speedup(capsys):
+    d = run_json(capsys, "llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--vs", "h100", "--gbs", "64",
+                 "--round", "4.1")
+    f = d["speedup_factors"]
+    assert f["step_time"] * f["convergence"] * f["evaluation_and_fixed"] == pytest.approx(d["speedup"], rel=1e-3)
+    assert f["convergence"] == pytest.approx(1.0)  # same batch, same RCP
+    assert d["vs"]["round"] == d["round"] == "4.1"
+
+
+def test_sweep_plot_with_cost_panel(capsys, tmp_path):
+    png = tmp_path / "s.png"
+    assert main(["plan", "sweep", "llama31_8b", "--gpu", "h100", "--gpus", "8,16", "--price", "2", "--plot", str(png),
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert png.read_bytes()[:4] == b"\x89PNG" and all(p["cost"]["cost_usd"] > 0 for p in d)

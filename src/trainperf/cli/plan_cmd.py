@@ -34,6 +34,15 @@ def add_parser(sub, common) -> None:
     p.add_argument("--gbs", type=int, default=None, help="global batch (default: searched inside the RCP range)")
     p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], default=None,
                    help="matmul format (default: the fastest the GPU has)")
+    p.add_argument("--round", dest="round_", default=None, metavar="X.Y",
+                   help="MLPerf round whose rules apply: RCPs, allowed precisions, evaluation costs "
+                        "(default: the newest round with the benchmark)")
+    p.add_argument("--explore", action="store_true",
+                   help="rank layouts by predicted time only (default: layouts NVIDIA published for the GPU family first)")
+    p.add_argument("--price", type=float, default=None, metavar="USD_PER_GPU_HOUR",
+                   help="price of one GPU-hour: adds cost_usd")
+    p.add_argument("--pue", type=float, default=None,
+                   help="facility overhead on the GPUs' TDP energy (default 1.2, an assumption)")
     p.add_argument("--samples", type=float, default=None, metavar="N",
                    help="training samples to reach the target (default: the RCP mean at the global batch)")
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
@@ -89,6 +98,8 @@ def cmd_plan(args) -> int:
 
     if args.what in ("validate", "calibrate", "sweep") and (args.samples is not None or args.samples_from):
         raise UsageError(f"plan {args.what}: --samples/--samples-from apply to one plan, not to '{args.what}'")
+    if args.what in ("validate", "calibrate") and args.round_:
+        raise UsageError(f"plan {args.what}: --round does not apply; each published row is predicted under its own round")
 
     if args.what == "validate":
         return _validate(args)
@@ -108,20 +119,25 @@ def cmd_plan(args) -> int:
         raise UsageError(f"--gpus: expected an integer, got '{args.gpus}'") from None
     if args.top < 1:
         raise UsageError("--top must be >= 1")
-    from trainperf.plan.api import PlanError, make_plan
+    from trainperf.plan.api import PlanError, make_plan, speedup_factors
     from trainperf.plan.search import parse_layout
 
+    from trainperf.plan.cost import check
+
+    check(args.price, args.pue)
     cal, note = _calibration(args)
     layout = parse_layout(args.layout) if args.layout else None
     conv = _convergence(args)
     try:
         plan = make_plan(args.what, args.gpu, n, network=args.network, layout=layout, gbs=args.gbs,
-                         precision=args.precision, calib=cal, top=args.top, convergence=conv)
+                         precision=args.precision, calib=cal, top=args.top, convergence=conv, round_=args.round_,
+                         explore=args.explore, price=args.price, pue=args.pue)
         other = None
         if args.vs:
             other = make_plan(plan.bench, args.vs, n, network=args.network, layout=layout, gbs=args.gbs,
                               precision=args.precision if args.precision else None, calib=cal, top=args.top,
-                              convergence=conv)
+                              convergence=conv, round_=plan.bench.round, explore=args.explore, price=args.price,
+                              pue=args.pue)
     except PlanError as e:
         raise RunError(str(e)) from None
     except ConfigError:
@@ -133,6 +149,7 @@ def cmd_plan(args) -> int:
         if other:
             d["vs"] = other.to_dict()
             d["speedup"] = round(other.best.minutes / plan.best.minutes, 4)
+            d["speedup_factors"] = speedup_factors(plan.best, other.best)
         print(json.dumps(d, indent=1))
         return 0
     print_plan(plan, explain=args.explain, note=note)
@@ -160,6 +177,8 @@ def _validate(args) -> int:
              "accelerator": r.result.accelerator, "gpus": r.result.n_gpus, "global_batch_size": r.result.gbs,
              "actual_minutes": r.result.minutes, "split": "fit" if r.result.fit else "held_out",
              "predicted_minutes": round(r.estimate.minutes, 4) if r.estimate else None,
+             "predicted_p10": round(r.estimate.minutes_p10, 4) if r.estimate else None,
+             "predicted_p90": round(r.estimate.minutes_p90, 4) if r.estimate else None,
              "error_pct": round(100 * r.error, 2) if r.estimate else None,
              "layout": r.estimate.layout.to_dict() if r.estimate else None, "skipped": r.reason or None,
              "source": r.result.source} for r in rows]}
@@ -173,9 +192,9 @@ def _validate(args) -> int:
 
 def _calibrate(args) -> int:
     from trainperf.plan.calibration import Calibration, save_calibration
-    from trainperf.plan.validate import fit, summary, validate
+    from trainperf.plan.validate import fit, measure_spread, summary, validate
 
-    cal = fit(Calibration(), log=lambda m: print(m, file=sys.stderr))
+    cal = measure_spread(fit(Calibration(), log=lambda m: print(m, file=sys.stderr)))
     path = save_calibration(cal)
     s = summary(validate(cal))
     print(f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
@@ -191,15 +210,20 @@ def _sweep(args) -> int:
     kinds = [g.strip() for g in args.gpu.split(",") if g.strip()]
     counts = parse_gpus(args.gpus)
     cal, _ = _calibration(args)
-    points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs)
+    from trainperf.plan.cost import check
+
+    check(args.price, args.pue)
+    points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs, round_=args.round_,
+                   explore=args.explore, price=args.price, pue=args.pue)
     if args.plot:
         if not any(p.estimate for p in points):
             raise RunError("plan sweep: no point has a layout that fits; nothing to plot")
         from trainperf.plan.plot import plot_sweep
 
-        plot_sweep(points, args.bench, args.plot)
+        plot_sweep(points, args.bench, args.plot, cost_panel=True)
     if args.json:
-        print(json.dumps([{"gpu": p.gpu, "gpus": p.n_gpus, **(p.estimate.to_dict() if p.estimate else {}),
+        print(json.dumps([{"gpu": p.gpu, "gpus": p.n_gpus, "round": p.round, **(p.estimate.to_dict() if p.estimate else {}),
+                           **({"cost": p.cost.to_dict()} if p.cost else {}),
                            **({"error": p.reason} if not p.estimate else {})} for p in points], indent=1))
         return 0
     print_sweep(args.bench, points, args.plot)
@@ -215,6 +239,37 @@ def _console():
     return Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 
 
+def _evidence_line(plan) -> str:
+    best, fast = plan.best, plan.result.fastest_unranked
+    ev = best.evidence
+    if ev is not None:
+        s = (f"layout evidence: {plan.bench.mlperf} ran tp {ev.tp} pp {ev.pp} cp {ev.cp} on {plan.cluster.gpu.generation} "
+             f"in {ev.submitter}'s v{ev.round} config at {ev.gpus} GPUs ({ev.source.rsplit('/', 1)[-1]})")
+    else:
+        s = (f"layout evidence: none; no {plan.cluster.gpu.generation} submission ran tp {best.layout.tp} pp {best.layout.pp} "
+             f"cp {best.layout.cp}, so this rests on the model alone")
+    if fast is not None:
+        s += (f"; faster by the model but unpublished: {fast.layout.short()} {fast.minutes:.3f} min "
+              "(--explore ranks it first)")
+    elif plan.explore:
+        s += "; ranked by predicted time only (--explore)"
+    return s
+
+
+def _cost_line(cost) -> str:
+    s = (f"cost: {cost.gpu_hours:,.1f} GPU-hours ({cost.gpu_hours_p10:,.1f}-{cost.gpu_hours_p90:,.1f}), "
+         f"{cost.energy_kwh:,.0f} kWh (GPUs at {cost.tdp_w:.0f} W TDP x PUE {cost.pue}, an upper bound for the GPUs)")
+    if cost.cost_usd is not None:
+        s += f", ${cost.cost_usd:,.0f} at ${cost.price_per_gpu_hour:g}/GPU-hour"
+    return s
+
+
+def _ceiling(round_: str) -> str:
+    from trainperf.plan.workload import max_precision
+
+    return max_precision(round_)
+
+
 def _lay(e) -> str:
     return e.layout.short()
 
@@ -224,19 +279,20 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
 
     c = _console()
     b, cl, best = plan.bench, plan.cluster, plan.best
-    c.print(f"[bold]{b.name}[/] on {cl.describe()}")
+    c.print(f"[bold]{b.name}[/] on {cl.describe()}; rules of MLPerf round {b.round} "
+            f"(RCPs {best.rcp_ruleset}, lowest precision allowed {_ceiling(b.round)})")
     c.print(f"model: {b.model_source}; calibration: {plan.calibration.source} "
             f"({cl.gpu.generation} GEMM efficiency {plan.calibration.efficiency(cl.gpu.generation):.3f})")
     if note:
         c.print(f"note: {note}")
     c.print(f"searched {plan.result.evaluated:,} layouts in {plan.seconds:.2f} s")
     t = Table(title="fastest layouts")
-    for col in ("#", "minutes", "step s", "MFU", "mem GB", "tp", "pp", "vpp", "dp", "cp", "mbs", "gbs",
+    for col in ("#", "minutes", "p10-p90", "step s", "MFU", "mem GB", "tp", "pp", "vpp", "dp", "cp", "mbs", "gbs",
                 "recompute", "precision"):
         t.add_column(col, justify="right" if col not in ("recompute", "precision") else "left")
     for i, e in enumerate(plan.result.best, 1):
         L = e.layout
-        t.add_row(str(i), f"{e.minutes:.3f}", f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
+        t.add_row(str(i), f"{e.minutes:.3f}", f"{e.minutes_p10:.2f}-{e.minutes_p90:.2f}", f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
                   f"{e.memory.total / 1e9:.1f}", str(L.tp), str(L.pp), str(L.vpp), str(L.dp), str(L.cp),
                   str(L.mbs), str(L.gbs), L.recompute, L.precision)
     c.print(t)
@@ -247,6 +303,11 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f") + {best.evals:.1f} evals "
             f"({best.eval_s / 60:.3f} min) + {best.overhead_s / 60:.3f} min fixed; "
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
+    c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (software/submitter spread "
+            f"{best.sd_software:.3f} measured on NVIDIA's results, convergence {best.sd_convergence:.3f} from the RCPs; "
+            "other submitters spread wider: `plan validate` shows the band's coverage of their results)")
+    c.print(_evidence_line(plan))
+    c.print(_cost_line(plan.cost))
     if explain:
         print_explain(best)
 
@@ -280,9 +341,18 @@ def print_explain(e) -> None:
 def print_vs(a, b) -> None:
     c = _console()
     sp = b.best.minutes / a.best.minutes
+    from trainperf.plan.api import speedup_factors
+
+    f = speedup_factors(a.best, b.best)
     c.print(f"\n[bold]{a.cluster.gpu.key}[/] {a.best.minutes:.3f} min vs [bold]{b.cluster.gpu.key}[/] "
             f"{b.best.minutes:.3f} min ({b.best.layout.short()}): "
             f"speed-up of {a.cluster.gpu.key} over {b.cluster.gpu.key} = [bold]{sp:.2f}x[/]")
+    ev = "-" if f["evaluation_ratio"] is None else f"{f['evaluation_ratio']:.2f}x"
+    c.print(f"  = step time {f['step_time']:.3f}x (hardware and layout) x convergence {f['convergence']:.3f}x "
+            f"(optimizer steps: {f['samples'][1]:,.0f} vs {f['samples'][0]:,.0f} samples) x evaluations and fixed costs "
+            f"{f['evaluation_and_fixed']:.3f}x (evaluation time alone {ev}; {f['evals'][1]:.1f} vs {f['evals'][0]:.1f} evals)")
+    c.print(f"  cost: {b.cost.gpu_hours:,.1f} vs {a.cost.gpu_hours:,.1f} GPU-hours"
+            + (f", ${b.cost.cost_usd:,.0f} vs ${a.cost.cost_usd:,.0f}" if a.cost.cost_usd is not None else ""))
 
 
 def print_validation(rows, s, cal) -> None:
@@ -291,34 +361,40 @@ def print_validation(rows, s, cal) -> None:
     c = _console()
     t = Table(title="published MLPerf results: predicted vs actual minutes")
     for col in ("round", "benchmark", "submitter", "GPUs", "accelerator", "GBS", "actual", "predicted",
-                "error", "split"):
-        t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "error") else "left")
+                "p10-p90", "error", "split"):
+        t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "p10-p90", "error")
+                     else "left")
     for r in rows:
         if r.estimate is None:
             continue
-        x = r.result
+        x, e = r.result, r.estimate
+        inside = e.minutes_p10 <= x.minutes <= e.minutes_p90
         t.add_row(x.round, x.benchmark, x.submitter[:22], str(x.n_gpus), x.accelerator[:28], str(x.gbs),
-                  f"{x.minutes:.3f}", f"{r.estimate.minutes:.3f}", f"{100 * r.error:+.1f}%",
+                  f"{x.minutes:.3f}", f"{e.minutes:.3f}",
+                  f"{e.minutes_p10:.3f}-{e.minutes_p90:.3f}{'' if inside else ' out'}", f"{100 * r.error:+.1f}%",
                   "fit" if x.fit else "held-out")
     c.print(t)
     skipped = [r for r in rows if r.estimate is None]
     if skipped:
         kinds = sorted({f"{r.result.accelerator} ({r.reason})" for r in skipped})
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
-    m = Table(title="mean absolute percentage error")
-    m.add_column("benchmark")
-    m.add_column("fit rows", justify="right")
-    m.add_column("fit MAPE", justify="right")
-    m.add_column("held-out rows", justify="right")
-    m.add_column("held-out MAPE", justify="right")
+    m = Table(title="error of the searched prediction: MAPE, mean signed error, share inside the 80% band")
+    for col in ("benchmark", "fit rows", "fit MAPE", "fit in band", "held-out rows", "held-out MAPE",
+                "held-out signed", "held-out in band"):
+        m.add_column(col, justify="left" if col == "benchmark" else "right")
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
+
+    def pct(d: dict, k: str, sign: bool = False) -> str:
+        return "-" if d.get(k) is None else (f"{d[k]:+.1f}%" if sign else f"{d[k]:.1f}%")
+
     for bname in benches + ["overall"]:
         f = s["fit"] if bname == "overall" else s["fit"]["per_benchmark"].get(bname, {})
         h = s["held_out"] if bname == "overall" else s["held_out"]["per_benchmark"].get(bname, {})
-        fm = f"{f['mape']:.1f}%" if f.get("mape") is not None else "-"
-        hm = f"{h['mape']:.1f}%" if h.get("mape") is not None else "-"
-        m.add_row(bname, str(f.get("rows", 0)), fm, str(h.get("rows", 0)), hm)
+        m.add_row(bname, str(f.get("rows", 0)), pct(f, "mape"), pct(f, "coverage_80_pct"), str(h.get("rows", 0)),
+                  pct(h, "mape"), pct(h, "mean_signed_pct", True), pct(h, "coverage_80_pct"))
     c.print(m)
+    c.print(f"band: p10-p90 from software spread {cal.software_sd:.3f} (sd of log minutes, measured on the fit rows) "
+            "and each benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
     c.print(f"calibration: {cal.fitted_on}")
 
 
@@ -350,15 +426,17 @@ def print_sweep(bench, points, plot) -> None:
     from rich.table import Table
 
     c = _console()
-    t = Table(title=f"{bench}: predicted time-to-train")
-    for col in ("gpu", "GPUs", "minutes", "step s", "MFU", "layout"):
-        t.add_column(col, justify="right" if col in ("GPUs", "minutes", "step s", "MFU") else "left")
+    rnd = next((p.round for p in points), "")
+    t = Table(title=f"{bench}: predicted time-to-train (rules of MLPerf round {rnd})")
+    for col in ("gpu", "GPUs", "minutes", "p10-p90", "step s", "MFU", "layout"):
+        t.add_column(col, justify="right" if col in ("GPUs", "minutes", "p10-p90", "step s", "MFU") else "left")
     for p in points:
         e = p.estimate
         if e is None:
-            t.add_row(p.gpu, str(p.n_gpus), "-", "-", "-", p.reason[:70])
+            t.add_row(p.gpu, str(p.n_gpus), "-", "-", "-", "-", p.reason[:70])
         else:
-            t.add_row(p.gpu, str(p.n_gpus), f"{e.minutes:.2f}", f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
+            t.add_row(p.gpu, str(p.n_gpus), f"{e.minutes:.2f}", f"{e.minutes_p10:.2f}-{e.minutes_p90:.2f}",
+                      f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
                       e.layout.short())
     c.print(t)
     if plot:

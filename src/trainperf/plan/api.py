@@ -9,10 +9,12 @@ from trainperf.config import ConfigError
 from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
 from trainperf.plan.convergence import Convergence
-from trainperf.plan.hardware import Cluster, cluster
+from trainperf.plan.cost import Cost, cost_of
+from trainperf.plan.evidence import envelope, evidence
+from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
-from trainperf.plan.workload import Benchmark, load_benchmark
+from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
 
 
 @dataclass
@@ -24,6 +26,13 @@ class Plan:
     seconds: float
     fixed: dict = field(default_factory=dict)
     convergence: Convergence | None = None
+    explore: bool = False
+    price: float | None = None  # USD per GPU-hour
+    pue: float | None = None
+
+    @property
+    def cost(self) -> Cost:
+        return cost_of(self.best, self.cluster.gpu, self.cluster.n_gpus, self.price, self.pue)
 
     @property
     def best(self) -> Estimate:
@@ -32,15 +41,20 @@ class Plan:
     def to_dict(self) -> dict:
         b = self.best
         d = {
-            "benchmark": self.bench.name, "mlperf_benchmark": self.bench.mlperf,
+            "benchmark": self.bench.name, "mlperf_benchmark": self.bench.mlperf, "round": self.bench.round,
             "model_source": self.bench.model_source,
             "gpu": self.cluster.gpu.key, "gpu_name": self.cluster.gpu.name, "gpus": self.cluster.n_gpus,
             "network": self.cluster.network.key, "nvlink_domain": self.cluster.gpu.nvlink_domain,
             **b.to_dict(),
+            "cost": self.cost.to_dict(),
             "convergence": (self.convergence.to_dict() if self.convergence else
                             {"samples": round(b.samples, 1), "global_batch": b.layout.gbs, "runs": None,
                              "source": f"RCP mean ({b.rcp_ruleset})"}),
             "layouts": [e.to_dict() for e in self.result.best[1:]],
+            "ranking": "predicted time only (--explore)" if self.explore else
+                       "layouts NVIDIA published for this GPU family first, then the rest",
+            "fastest_unpublished": (self.result.fastest_unranked.to_dict()
+                                    if self.result.fastest_unranked is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
                        "fixed": self.fixed},
             "calibration": {"generation": self.cluster.gpu.generation,
@@ -53,13 +67,21 @@ class Plan:
 def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None = None,
               layout: dict | None = None, gbs: int | None = None, precision: str | None = None,
               calib: Calibration | None = None, top: int = 5, round_: str | None = None,
-              ceiling: str = "fp4", convergence: Convergence | None = None) -> Plan:
-    """The best layouts for `bench` on `n_gpus` x `gpu`. `convergence` replaces the RCP mean with
-    known samples to the target; runs read from logs also fix the global batch they used."""
-    b = bench if isinstance(bench, Benchmark) else load_benchmark(bench, round_)
+              ceiling: str | None = None, convergence: Convergence | None = None, explore: bool = False,
+              price: float | None = None, pue: float | None = None) -> Plan:
+    """The best layouts for `bench` on `n_gpus` x `gpu` under the rules of MLPerf round `round_`
+    (default the newest with the benchmark): its RCPs, evaluation costs and, unless `ceiling` says
+    otherwise, its lowest allowed precision. `plan validate` predicts a published row the same way.
+    `convergence` replaces the RCP mean with known samples to the target; runs read from logs also
+    fix the global batch they used."""
+    if isinstance(bench, Benchmark):
+        b = bench if round_ is None or round_.lstrip("v") == bench.round else load_benchmark(bench.name, round_)
+    else:
+        b = load_benchmark(bench, round_)
+    ceiling = ceiling or max_precision(b.round)
     cl = cluster(gpu, n_gpus, network)
     cal = calib or load_calibration()
-    model = Model(b, cl, cal, round_, samples=convergence.samples if convergence else None)
+    model = Model(b, cl, cal, b.round, samples=convergence.samples if convergence else None)
     fix = dict(layout or {})
     if "gbs" in fix:
         gbs = fix.pop("gbs")
@@ -73,13 +95,19 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     if precision and precision not in cl.gpu.precisions():
         raise ConfigError(f"--precision: {cl.gpu.name} has no {precision} tensor cores "
                           f"(it has {', '.join(cl.gpu.precisions())})")
+    if precision and PRECISIONS.index(precision) > PRECISIONS.index(ceiling):
+        raise ConfigError(f"--precision: MLPerf round {b.round} allows no {precision} (lowest allowed: {ceiling}); "
+                          "give another --round")
     if fix:
         check_layout(fix, model, n_gpus)
     if gbs is not None and gbs < 1:
         raise ConfigError(f"--gbs: must be >= 1, got {gbs}")
     t0 = time.perf_counter()
-    res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix)
+    proven = None if explore else proven_shapes(b, cl)
+    res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven)
     dt = time.perf_counter() - t0
+    for e in res.best + [x for x in (res.fastest_unranked,) if x is not None]:
+        e.evidence = evidence(b.mlperf, cl.gpu.generation, e.layout.tp, e.layout.pp, e.layout.cp, n_gpus)
     if not res.best:
         if res.closest_unfit is not None:
             lay = res.closest_unfit.layout
@@ -94,7 +122,27 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
                         f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
                         f"dp*mbs must divide the global batch)")
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {},
-                convergence=convergence)
+                convergence=convergence, explore=explore, price=price, pue=pue)
+
+
+def proven_shapes(b: Benchmark, cl: Cluster) -> set:
+    """(tp, pp, cp) that NVIDIA's published configurations ran for this benchmark on this GPU family."""
+    return set(envelope(b.mlperf, cl.gpu.generation))
+
+
+def speedup_factors(fast: Estimate, slow: Estimate) -> dict:
+    """slow.minutes / fast.minutes as the product of three factors: the hardware step-time ratio, the
+    convergence ratio (optimizer steps to the target: samples and global batch), and what
+    evaluations and fixed costs add on top of training in each. `evaluation_ratio` is the plain
+    ratio of evaluation time, for reading; it is not a factor of the product."""
+    step = slow.step_time_s / fast.step_time_s
+    conv = slow.steps / fast.steps
+    rest = ((slow.train_s + slow.eval_s + slow.overhead_s) / slow.train_s) / (
+        (fast.train_s + fast.eval_s + fast.overhead_s) / fast.train_s)
+    return {"speedup": round(slow.minutes / fast.minutes, 4), "step_time": round(step, 4),
+            "convergence": round(conv, 4), "evaluation_and_fixed": round(rest, 4),
+            "evaluation_ratio": round(slow.eval_s / fast.eval_s, 4) if fast.eval_s > 0 else None,
+            "samples": [round(fast.samples, 1), round(slow.samples, 1)], "evals": [round(fast.evals, 2), round(slow.evals, 2)]}
 
 
 def _spec(lay: Layout) -> str:
@@ -130,18 +178,22 @@ class SweepPoint:
     n_gpus: int
     estimate: Estimate | None
     reason: str = ""
+    round: str = ""
+    cost: Cost | None = None
 
 
 def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = None,
-          calib: Calibration | None = None, gbs: int | None = None) -> list[SweepPoint]:
-    b = load_benchmark(bench)
+          calib: Calibration | None = None, gbs: int | None = None, round_: str | None = None,
+          explore: bool = False, price: float | None = None, pue: float | None = None) -> list[SweepPoint]:
+    b = load_benchmark(bench, round_)
     cal = calib or load_calibration()
     out = []
     for g in gpus:
         for n in counts:
             try:
-                p = make_plan(b, g, n, network=network, calib=cal, top=1, gbs=gbs)
-                out.append(SweepPoint(g, n, p.best))
+                p = make_plan(b, g, n, network=network, calib=cal, top=1, gbs=gbs, explore=explore, price=price,
+                              pue=pue)
+                out.append(SweepPoint(g, n, p.best, round=b.round, cost=p.cost))
             except PlanError as e:
-                out.append(SweepPoint(g, n, None, str(e)))
+                out.append(SweepPoint(g, n, None, str(e), round=b.round))
     return out

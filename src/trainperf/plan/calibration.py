@@ -31,6 +31,9 @@ class Calibration:
     step_overhead_s: float = 0.0  # per optimizer step (launch gaps, synchronisation)
     fp4_share: float = 1.0  # share of GEMM FLOPs that run at the FP4 rate when FP4 is chosen (rest FP8)
     shape_half_per_tflop: float = 0.065  # GEMM dim at which a GEMM reaches half its efficiency, per dense bf16 TFLOP/s
+    # sd of log(published / predicted) that software and submitter efficiency add, measured on the
+    # fit rows after the fit (plan/interval.py); 0 = no band
+    software_sd: float = 0.0
     fitted_on: str = "not fitted"
     fit_rows: int = 0
     source: str = "defaults"
@@ -48,7 +51,8 @@ class Calibration:
                  f'source = "{self.source}"', f"attn_ratio = {self.attn_ratio:.4f}",
                  f"overlap = {self.overlap:.4f}", f"run_overhead_s = {self.run_overhead_s:.3f}",
                  f"step_overhead_s = {self.step_overhead_s:.5f}", f"fp4_share = {self.fp4_share:.4f}",
-                 f"shape_half_per_tflop = {self.shape_half_per_tflop:.4f}", "", "[gemm_eff]"]
+                 f"shape_half_per_tflop = {self.shape_half_per_tflop:.4f}",
+                 f"software_sd = {self.software_sd:.4f}", "", "[gemm_eff]"]
         lines += [f"{k} = {v:.4f}" for k, v in sorted(self.gemm_eff.items())]
         return "\n".join(lines) + "\n"
 

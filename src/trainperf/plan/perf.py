@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainperf.plan import comm
+from trainperf.plan import comm, interval
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.flops import ATTN_BWD_OVER_FWD, layer_gemms, attn_fwd_flops_per_token_layer, flops_per_token
 from trainperf.plan.hardware import PRECISIONS, Cluster
@@ -73,6 +73,21 @@ class Estimate:
     train_s: float
     eval_s: float
     overhead_s: float
+    sd_software: float = 0.0  # log-minutes spread from software/submitter efficiency (plan/interval.py)
+    sd_convergence: float = 0.0  # log-minutes spread from samples to converge (0 when they are given)
+    evidence: object = None  # plan/evidence.py Published: a submission that ran this (tp, pp, cp); None: none did
+
+    @property
+    def sd_log(self) -> float:
+        return interval.total_sd(self.sd_software, self.sd_convergence)
+
+    @property
+    def minutes_p10(self) -> float:
+        return interval.band(self.minutes, self.sd_log)[0]
+
+    @property
+    def minutes_p90(self) -> float:
+        return interval.band(self.minutes, self.sd_log)[1]
 
     @property
     def fits(self) -> bool:
@@ -84,7 +99,14 @@ class Estimate:
 
     def to_dict(self) -> dict:
         return {
-            "minutes": round(self.minutes, 4), "step_time_s": round(self.step_time_s, 5),
+            "minutes": round(self.minutes, 4), "minutes_p10": round(self.minutes_p10, 4),
+            "minutes_p50": round(self.minutes, 4), "minutes_p90": round(self.minutes_p90, 4),
+            "interval": {"sd_log": round(self.sd_log, 4), "software_sd": round(self.sd_software, 4),
+                         "convergence_sd": round(self.sd_convergence, 4)},
+            "evidence": (None if self.evidence is None else {
+                "submitter": self.evidence.submitter, "round": self.evidence.round, "gpus": self.evidence.gpus,
+                "source": self.evidence.source}),
+            "step_time_s": round(self.step_time_s, 5),
             "mfu": round(self.mfu, 4), "mfu_bf16": round(self.mfu_bf16, 4), "tokens_per_s": round(self.tokens_per_s, 1),
             "memory_gb_per_gpu": round(self.memory.total / 1e9, 2),
             "memory_capacity_gb": round(self.capacity / 1e9, 2), "memory_breakdown_gb": self.memory.as_gb(),
@@ -117,7 +139,10 @@ class Model:
         self.half = calib.shape_half(cl.gpu)
         self.nvl = comm.Link(cl.nvlink_bytes_per_s, cl.nvlink.alpha_s)
         self.nic = comm.Link(cl.nic_bytes_per_s, cl.network.alpha_s)
-        self.ruleset = ruleset_for(bench.mlperf, round_)
+        self.round = round_.lstrip("v") if round_ else bench.round
+        self.ruleset = ruleset_for(bench.mlperf, self.round or None)
+        self.sd_conv = 0.0 if samples is not None else interval.convergence_sd(bench.mlperf, self.ruleset,
+                                                                                bench.runs_per_result)
         self.model_fpt = flops_per_token(self.cfg)  # MFU numerator, per token
         self._layer_cache: dict = {}
         self._stage_cache: dict = {}
@@ -377,7 +402,8 @@ class Model:
                         capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
                         rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
                         evals=evals, train_s=samples / lay.gbs * step, eval_s=evals * self._eval_time(lay, st),
-                        overhead_s=self._fixed_s())
+                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd,
+                        sd_convergence=self.sd_conv)
 
 
 def eval_time(eval_samples: float, dp: int, mbs: int, pp: int, fwd_s: float, overhead_s: float) -> float:

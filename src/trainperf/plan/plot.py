@@ -11,24 +11,32 @@ CATEGORIES = [("compute", "compute"), ("tp", "exposed TP"), ("cp", "exposed CP")
               ("dp", "exposed DP"), ("other", "other")]
 
 
-def plot_sweep(points, bench: str, out: str | Path) -> Path:
+def plot_sweep(points, bench: str, out: str | Path, cost_panel: bool = False) -> Path:
+    """Scaling curves with their 80% bands, the step-time breakdown of the first GPU kind, and with
+    `cost_panel` the cost (USD with --price, else GPU-hours) against time-to-train."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    if cost_panel:
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 5))
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     kinds = list(dict.fromkeys(p.gpu for p in points))
     for k in kinds:
         pts = [p for p in points if p.gpu == k and p.estimate is not None]
         if pts:
-            ax1.plot([p.n_gpus for p in pts], [p.estimate.minutes for p in pts], marker="o", label=k)
+            xs = [p.n_gpus for p in pts]
+            line, = ax1.plot(xs, [p.estimate.minutes for p in pts], marker="o", label=k)
+            ax1.fill_between(xs, [p.estimate.minutes_p10 for p in pts], [p.estimate.minutes_p90 for p in pts],
+                             color=line.get_color(), alpha=0.15, linewidth=0)
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")
     ax1.set_xlabel("GPUs")
     ax1.set_ylabel("predicted time-to-train (min)")
-    ax1.set_title(f"{bench}: scaling")
+    ax1.set_title(f"{bench}: scaling (band: 80% interval)")
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend()
     first = [p for p in points if p.gpu == kinds[0] and p.estimate is not None]
@@ -42,6 +50,24 @@ def plot_sweep(points, bench: str, out: str | Path) -> Path:
     ax2.set_ylabel("share of step time (%)")
     ax2.set_title(f"{kinds[0]}: where the step time goes")
     ax2.legend(fontsize=8)
+    if cost_panel:
+        priced = any(p.cost is not None and p.cost.cost_usd is not None for p in points)
+        for k in kinds:
+            pts = [p for p in points if p.gpu == k and p.estimate is not None and p.cost is not None]
+            if not pts:
+                continue
+            ys = [p.cost.cost_usd if priced else p.cost.gpu_hours for p in pts]
+            ax3.plot([p.estimate.minutes for p in pts], ys, marker="o", label=k)
+            for p, y in zip(pts, ys):
+                ax3.annotate(str(p.n_gpus), (p.estimate.minutes, y), fontsize=7, xytext=(3, 3),
+                             textcoords="offset points")
+        ax3.set_xscale("log")
+        ax3.set_yscale("log")
+        ax3.set_xlabel("predicted time-to-train (min)")
+        ax3.set_ylabel("cost (USD)" if priced else "GPU-hours")
+        ax3.set_title("cost against time (labels: GPUs)")
+        ax3.grid(True, which="both", alpha=0.3)
+        ax3.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(out) as tmp:

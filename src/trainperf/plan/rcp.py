@@ -20,6 +20,7 @@ class RCP:
     gbs: int
     mean: float  # olympic mean, in the benchmark's RCP unit (samples or tokens)
     points: int
+    rel_sd: float = 0.0  # seed-to-seed standard deviation over the mean
 
 
 def rcp_root() -> Path:
@@ -65,7 +66,10 @@ def load_rcps(benchmark: str, ruleset: str) -> tuple[RCP, ...]:
     pts = []
     for rec in raw.values():
         vals = rec.get("samples to converge") or rec.get("Epochs to converge")
-        pts.append(RCP(gbs=int(rec["BS"]), mean=olympic_mean([float(v) for v in vals]), points=len(vals)))
+        xs = [float(v) for v in vals]
+        mu = sum(xs) / len(xs)
+        sd = (sum((x - mu) ** 2 for x in xs) / len(xs)) ** 0.5
+        pts.append(RCP(gbs=int(rec["BS"]), mean=olympic_mean(xs), points=len(xs), rel_sd=sd / mu))
     pts.sort(key=lambda r: r.gbs)
     return tuple(pts)
 
@@ -85,6 +89,15 @@ def samples_to_converge(benchmark: str, gbs: int, ruleset: str, unit: str = "sam
     if unit == "tokens":
         mean /= seq_len
     return mean, inside
+
+
+def seed_spread(benchmark: str, ruleset: str) -> float:
+    """Relative seed-to-seed spread of one run's samples to converge: the median over the RCP
+    points of each point's standard deviation over its mean. The median, because one point can be
+    wild (v4.1 GPT-3 at GBS 3072 runs from 0.40x to 4.6x its mean)."""
+    sds = sorted(p.rel_sd for p in load_rcps(benchmark, ruleset))
+    k = len(sds)
+    return sds[k // 2] if k % 2 else (sds[k // 2 - 1] + sds[k // 2]) / 2
 
 
 def gbs_range(benchmark: str, ruleset: str) -> tuple[int, int]:

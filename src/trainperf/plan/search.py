@@ -29,6 +29,7 @@ class SearchResult:
     best: list[Estimate]  # fitting layouts, fastest first
     evaluated: int
     closest_unfit: Estimate | None  # the smallest-memory layout when none fits
+    fastest_unranked: Estimate | None = None  # the fastest layout, when evidence ranked another first
 
 
 def _pp_candidates(n_layer: int, limit: int) -> list[int]:
@@ -79,7 +80,10 @@ def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "f
 
 
 def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
-           precision: str | None = None, top: int = 5, fix: dict | None = None) -> SearchResult:
+           precision: str | None = None, top: int = 5, fix: dict | None = None,
+           proven: set | None = None) -> SearchResult:
+    """The `top` fastest fitting layouts. With `proven` (a set of (tp, pp, cp)), layouts of those
+    shapes rank before all others, each group fastest first."""
     scored: list[tuple[float, Layout]] = []
     closest: tuple[float, Layout] | None = None
     n = 0
@@ -97,10 +101,18 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
             continue
         skip_rc.add(shape)
         scored.append((minutes, lay))
-    scored.sort(key=lambda x: x[0])
+    if proven is not None:
+        scored.sort(key=lambda x: ((x[1].tp, x[1].pp, x[1].cp) not in proven, x[0]))
+    else:
+        scored.sort(key=lambda x: x[0])
     best = [model.estimate(lay) for _, lay in scored[:top]]
     unfit = model.estimate(closest[1]) if closest and not scored else None
-    return SearchResult(best=best, evaluated=n, closest_unfit=unfit)
+    fastest = None
+    if proven is not None and scored:
+        quick = min(scored, key=lambda x: x[0])
+        if quick[1] != scored[0][1]:
+            fastest = model.estimate(quick[1])
+    return SearchResult(best=best, evaluated=n, closest_unfit=unfit, fastest_unranked=fastest)
 
 
 def parse_layout(text: str) -> dict:

@@ -30,6 +30,8 @@ class Benchmark:
     # measured in the round's result logs, 0 where not measured (benchmarks.toml says where from):
     eval_overhead_s: float = 0.0  # fixed seconds per evaluation beyond its forward passes
     first_eval_s: float = 0.0  # one-time seconds on the clock around the first evaluation
+    round: str = ""  # the MLPerf round whose rules these are ('5.1')
+    runs_per_result: int = 1  # a score is the olympic mean of this many runs
 
     @property
     def seq_len(self) -> int:
@@ -52,6 +54,29 @@ def known() -> list[str]:
     return [k for k in _rules() if k != "precision_by_round"]
 
 
+def rounds(mlperf: str) -> list[str]:
+    """MLPerf rounds ('4.0', ...) with the benchmark in them, oldest first: those whose RCP folder in
+    the installed mlperf-logging has it and whose allowed precisions benchmarks.toml states."""
+    from trainperf.plan.rcp import rulesets
+
+    known_rounds = _rules()["precision_by_round"]
+    return [r.rsplit(".", 1)[0] for r in rulesets(mlperf) if r.rsplit(".", 1)[0] in known_rounds]
+
+
+def resolve_round(mlperf: str, round_: str | None) -> str:
+    """'v4.1' -> '4.1'; None -> the newest round that has the benchmark. A round without the
+    benchmark is a usage error: its rules, RCPs and evaluation costs do not exist."""
+    have = rounds(mlperf)
+    if not have:
+        raise ConfigError(f"--round: no MLPerf round has RCPs for {mlperf} in the installed mlperf-logging")
+    if round_ is None:
+        return have[-1]
+    r = round_.strip().lstrip("v")
+    if r not in have:
+        raise ConfigError(f"--round: {mlperf} has no rules for round '{round_}' (rounds: {', '.join(have)})")
+    return r
+
+
 def max_precision(round_: str) -> str:
     """Lowest-precision matmul format closed submissions could use in MLPerf round '5.1'."""
     table = _rules()["precision_by_round"]
@@ -62,13 +87,15 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                    gbs: int | None = None) -> Benchmark:
     """The benchmark `name` (recipe name or MLPerf name). The model comes from `recipes/<name>.toml`
     when it exists; `model`/`gbs` override it (tests, custom shapes). `round_` ('5.0') picks the
-    evaluation cadence of that MLPerf round where it changed."""
+    evaluation cadence and costs of that MLPerf round where they changed; default the newest round
+    that has the benchmark."""
     rules = _rules()
     key = next((k for k in known() if name in (k, rules[k]["mlperf"])), None)
     if key is None:
         raise ConfigError(f"plan: unknown benchmark '{name}' (known: {', '.join(known())})")
     r = dict(rules[key])
-    over = r.get(f"v{round_.lstrip('v').replace('.', '_')}") if round_ else None
+    round_ = resolve_round(r["mlperf"], round_)
+    over = r.get(f"v{round_.replace('.', '_')}")
     if over:
         r.update(over)
     if model is None:
@@ -87,4 +114,5 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                      lora=bool(r["lora"]), rcp_unit=r["rcp_unit"], eval_every_samples=r["eval_every_samples"],
                      eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src,
                      eval_overhead_s=float(r.get("eval_overhead_s", 0.0)),
-                     first_eval_s=float(r.get("first_eval_s", 0.0)))
+                     first_eval_s=float(r.get("first_eval_s", 0.0)), round=round_,
+                     runs_per_result=int(r.get("runs_per_result", 1)))

@@ -1,0 +1,83 @@
+"""Which parallel layouts published MLPerf submissions ran, per benchmark and GPU family.
+
+`data/published_layouts.csv` lists the tensor-, pipeline- and context-parallel sizes named in the
+configuration scripts (`config_<system>_<nodes>x<gpus>x<batch>xtp<T>pp<P>cp<C>.sh`, GPT-3's
+`..._<nodes>x<gpus>x<m>x<TP>x<PP>_mbs<M>.sh`) of the submissions in MLCommons' results
+repositories v3.1-v5.1, each with its link. `_fp4` in a name marks an FP4 configuration.
+
+The search ranks layouts whose (tp, pp, cp) NVIDIA published for the GPU family above those it
+did not, unless asked to explore: the model has no term for what makes untried layouts slow
+(ring-attention hops on short chunks, small GEMMs at tp 1 with a huge dp), so a layout no one ran
+rests on the model alone. NVIDIA's configurations are used because NVIDIA's results are the fit
+rows; the other submitters' are kept for `plan validate`'s submitted-layout column, never for the
+ranking of held-out rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainperf.config import ConfigError
+
+LAYOUTS = Path(__file__).parent / "data" / "published_layouts.csv"
+EVIDENCE_SUBMITTERS = ("NVIDIA",)
+
+
+@dataclass(frozen=True)
+class Published:
+    round: str
+    submitter: str
+    benchmark: str  # MLPerf name
+    gpu_family: str  # hardware generation: hopper, blackwell, blackwell_ultra
+    gpus: int
+    tp: int
+    pp: int
+    cp: int
+    precision: str  # "fp4" when the config's name says so, else "" (not stated)
+    source: str
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.tp, self.pp, self.cp
+
+
+@functools.lru_cache(maxsize=1)
+def published() -> tuple[Published, ...]:
+    out = []
+    with open(LAYOUTS, newline="", encoding="utf-8") as f:
+        for i, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                out.append(Published(round=r["round"], submitter=r["submitter"], benchmark=r["benchmark"],
+                                     gpu_family=r["gpu_family"], gpus=int(r["gpus"]), tp=int(r["tp"]),
+                                     pp=int(r["pp"]), cp=int(r["cp"]), precision=r["precision"],
+                                     source=r["source"]))
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"{LAYOUTS}:{i}: bad layout row ({e})") from None
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def envelope(benchmark: str, family: str) -> dict[tuple[int, int, int], tuple[Published, ...]]:
+    """(tp, pp, cp) -> the evidence-submitters' configurations that ran it on this GPU family."""
+    out: dict = {}
+    for p in published():
+        if p.benchmark == benchmark and p.gpu_family == family and p.submitter in EVIDENCE_SUBMITTERS:
+            out.setdefault(p.shape, []).append(p)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int) -> Published | None:
+    """The published configuration closest in GPU count with this (tp, pp, cp), or None."""
+    cands = envelope(benchmark, family).get((tp, pp, cp))
+    if not cands:
+        return None
+    return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round))
+
+
+def submitted(round_: str, submitter: str, benchmark: str, family: str, n_gpus: int) -> list[Published]:
+    """The configurations one submission shipped at its GPU count (more than one: it ran several)."""
+    return [p for p in published() if p.round == round_ and p.submitter == submitter
+            and p.benchmark == benchmark and p.gpu_family == family and p.gpus == n_gpus]
