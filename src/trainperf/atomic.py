@@ -106,3 +106,8 @@ def atomic_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(out.parent)
+
+
+def sync_dir(path: str | os.PathLike) -> None:
+    """Make the renames inside folder `path` durable (where the OS lets a folder be fsynced)."""
+    _fsync_dir(Path(path))

@@ -9,7 +9,6 @@ it loads. Adapters are saved and loaded as their own small file.
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +18,7 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from trainperf import atomic
 from trainperf.errors import WeightsError as CheckpointError  # noqa: F401  (raised here, imported by callers)
 from trainperf.model.init import fill_
 from trainperf.model.transformer import lora_state_dict
@@ -133,9 +133,8 @@ def save_adapters(model: nn.Module, path: Path) -> Path:
     sd = {k: v.detach().to("cpu").contiguous() for k, v in lora_state_dict(model).items()}
     if not sd:
         raise CheckpointError("the model has no LoRA adapters to save")
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(sd, str(tmp), metadata={"format": "pt", "content": "lora_adapters"})
-    tmp.replace(path)
+    with atomic.atomic_path(path) as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt", "content": "lora_adapters"})
     return path
 
 

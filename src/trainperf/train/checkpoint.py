@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainperf import atomic
 from trainperf.config import Recipe
 from trainperf.errors import CheckpointError
 from trainperf.parallel.dims import ParallelDims
@@ -184,7 +185,7 @@ class Checkpointer:
                 os.replace(f, dest / f.name)
             info = {"reached_step": reached, "resumed_from_step": self.resume_step,
                     "lost_steps": max(0, reached - self.resume_step), "restart_count": self.env.restart_count}
-            (dest / "attempt.json").write_text(json.dumps(info, indent=1))
+            atomic.write_json(dest / "attempt.json", info)
             done.append(int(dest.name))
         for n in done:
             try:
@@ -286,21 +287,9 @@ class Checkpointer:
                 "layout": self.layout,
                 "recipe": self.r.to_dict(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}}
-        marker_tmp = tmp / (MARKER + ".tmp")
-        with open(marker_tmp, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(marker_tmp, tmp / MARKER)
+        atomic.write_json(tmp / MARKER, meta)
         os.rename(tmp, final)  # the commit: atomic on POSIX filesystems
-        try:  # make the rename itself durable
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+        atomic.sync_dir(self.dir)  # make the rename itself durable
 
     def _prune(self) -> None:
         for old in committed(self.dir)[:-self.keep]:

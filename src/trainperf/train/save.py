@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from trainperf import atomic
 from trainperf.config import ModelConfig, Recipe
 from trainperf.model.transformer import merge_lora
 from trainperf.parallel.apply import unwrap
@@ -25,12 +25,6 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return sd
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def save_final(model: torch.nn.Module, r: Recipe, out: Path, env: DistEnv, data) -> None:
     sd = full_state_dict(model)
     if not env.is_main:
@@ -41,13 +35,13 @@ def save_final(model: torch.nn.Module, r: Recipe, out: Path, env: DistEnv, data)
     if r.model.tie_embeddings:
         sd.pop("output.weight", None)
     sd = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
-    _atomic_write(out / "model.safetensors", lambda p: save_file(sd, str(p), metadata={"format": "pt"}))
-    cfg = dataclasses.asdict(r.model)
-    _atomic_write(out / "config.json", lambda p: p.write_text(json.dumps(
-        {"trainperf_model": cfg, "recipe": r.to_dict()}, indent=1)))
+    with atomic.atomic_path(out / "model.safetensors") as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt"})
+    atomic.write_json(out / "config.json", {"trainperf_model": dataclasses.asdict(r.model), "recipe": r.to_dict()})
     tok = data.path / "tokenizer.json"
     if tok.exists():
-        _atomic_write(out / "tokenizer.json", lambda p: shutil.copyfile(tok, p))
+        with atomic.atomic_path(out / "tokenizer.json") as tmp:
+            shutil.copyfile(tok, tmp)
 
 
 def load_model_config(run_dir: Path) -> ModelConfig:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from trainperf import atomic
 
 
 
@@ -59,6 +59,4 @@ class Summary:
         return dict(self.__dict__)
 
     def write(self, out: Path) -> None:
-        tmp = out / "summary.json.tmp"
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, out / "summary.json")
+        atomic.write_json(out / "summary.json", self.to_dict())
