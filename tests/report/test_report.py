@@ -29,11 +29,11 @@ def test_report_page_is_self_contained(run_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "compliance pass" in printed and "wrote" in printed
     page = (out / "index.html").read_text()
-    for name in ("loss.png", "throughput.png", "breakdown.png"):
+    for name in ("loss.png", "lr.png", "throughput.png", "breakdown.png"):
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
     # every image is inline, and nothing on the page needs the network
     srcs = re.findall(r'src="([^"]+)"', page)
-    assert len(srcs) == 3 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == 4 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert base64.b64decode(srcs[0].split(",", 1)[1]) == (out / "loss.png").read_bytes()
     assert "http://" not in page and "https://" not in page
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -192,3 +192,58 @@ def test_deviations_and_restarts_are_shown(run_dir, tmp_path):
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "success (1 restart)" in page and "2 deviations from the rules" in page
     assert "max_sequence_length 32 (closed rules: 8192)" in page
+
+
+def _shifted(log_text: str, ms: int) -> str:
+    """A result log with every time_ms moved by `ms`."""
+    return re.sub(r'"time_ms": (\d+(?:\.\d+)?)', lambda m: f'"time_ms": {float(m.group(1)) + ms}', log_text)
+
+
+def _restarted(run_dir: Path, dst: Path) -> Path:
+    """The fixture run as if it had restarted once: attempt 1 (set aside in attempts/1/ the way the
+    checkpointer does) logged the first steps and stopped at step 4, 60 s before the final attempt
+    started again from its step-2 checkpoint."""
+    run = _copy(run_dir, dst)
+    a1 = run / "attempts" / "1"
+    a1.mkdir(parents=True)
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    early = [r for r in rows if r["kind"] == "start" or (r["kind"] in ("train", "eval") and r["step"] <= 4)]
+    (a1 / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in early))
+    (a1 / "result_0.txt").write_text(_shifted((run / "result_0.txt").read_text(), -60_000))
+    (a1 / "attempt.json").write_text(json.dumps({"reached_step": 4, "resumed_from_step": 2, "lost_steps": 2}))
+    s = json.loads((run / "summary.json").read_text())
+    s.update(restarts=1, resumed_from_step=2)
+    (run / "summary.json").write_text(json.dumps(s))
+    return run
+
+
+def test_restarted_run_draws_every_attempt(run_dir, tmp_path):
+    from trainperf.report import plots
+
+    run = load_run(_restarted(run_dir, tmp_path / "re"))
+    (a,) = run.attempts
+    assert (a.number, a.started_from_step, a.reached_step, a.resumed_from_step) == (1, 0, 4, 2)
+    assert a.train and max(r["step"] for r in a.train) == 4
+    assert run.offsets() == pytest.approx([0.0, 60.0])  # from the two logs' run_start
+    segs = plots.segments(run)
+    assert [(s.label, s.final, s.resumed_from_step) for s in segs] == [("attempt 1", False, 0), ("attempt 2", True, 2)]
+    assert segs[1].offset_s == pytest.approx(60.0)
+    # without the attempt's result log, the attempt after it starts where the one before last logged
+    (run.path / "attempts" / "1" / "result_0.txt").unlink()
+    again = load_run(run.path)
+    assert again.offsets()[1] == pytest.approx(max(r["elapsed_s"] for r in again.attempts[0].train + again.attempts[0].evals))
+    rep = build_report([run.path, run_dir], tmp_path / "rep", check=False)
+    assert [p.name for p in rep.images][:2] == ["loss.png", "lr.png"]
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "success (1 restart)" in page and "1 restarted run counted as failed" in page
+
+
+def test_training_loss_is_put_in_the_metric_unit(run_dir):
+    from trainperf.report import plots
+
+    run = load_run(run_dir)
+    assert plots.train_loss_scale(run) == pytest.approx(1.0)  # the byte tokenizer: a token is a byte
+    run.evals = [{**r, "token_loss": 2 * r["nats_per_byte"]} for r in run.evals]  # 2 bytes per token
+    assert plots.train_loss_scale(run) == pytest.approx(0.5)
+    run.summary = {**run.summary, "metric": "log_perplexity"}
+    assert plots.train_loss_scale(run) == 1.0

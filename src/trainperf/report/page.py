@@ -68,7 +68,7 @@ def _verdict_cell(v: Verdict) -> str:
 
 
 def _status(s: dict) -> str:
-    """The run's status; a resumed run says so (its metrics cover the last attempt only)."""
+    """The run's status; a resumed or restarted run says how many attempts came before."""
     n = s.get("restarts") or 0
     return f"{s['status']} ({n} restart{'s' if n > 1 else ''})" if n else str(s["status"])
 
@@ -157,8 +157,15 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
     figures: list[tuple[str, bytes, str]] = []
     if runs:
         figures.append(("loss.png", plots.fig_loss(runs),
-                        "Validation loss against wall-clock time since run_start and against training "
-                        "tokens; dashed line: the quality target; star: the evaluation that reached it"))
+                        "Validation loss (points) and, lighter, the training loss at each logged step, against "
+                        "wall-clock time since the first run_start and against training tokens; the training "
+                        "loss is per token, scaled to nats per byte by the validation set's tokens per byte "
+                        "where that is the metric; dashed line: the quality target; star: the evaluation that "
+                        "reached it; a restarted run draws its earlier attempts dashed, a dotted line where "
+                        "each restart resumed"))
+        figures.append(("lr.png", plots.fig_lr(runs),
+                        "Learning rate at each logged step; earlier attempts of a restarted run dashed, a "
+                        "dotted line at the step each restart resumed from"))
         figures.append(("throughput.png", plots.fig_throughput(runs),
                         "Training tokens/s and MFU per logging interval (evaluation time excluded); MFU is "
                         "relative to the peak in each run's summary"))
@@ -193,7 +200,8 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
              f"trainperf {html.escape(trainperf.__version__)}</p>"]
     if runs:
         parts += ["<h2>Runs</h2>", _runs_table(runs, verdicts), "<h2>Score</h2>", _score_table(scores)]
-    titles = {"loss.png": "Convergence", "throughput.png": "Throughput", "breakdown.png": "Time breakdown"}
+    titles = {"loss.png": "Convergence", "lr.png": "Learning rate", "throughput.png": "Throughput",
+              "breakdown.png": "Time breakdown"}
     for name, png, caption in figures:
         parts.append(f"<h2>{titles.get(name, 'Scaling')}</h2>")
         parts.append(_figure(name, png, caption))

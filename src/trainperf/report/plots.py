@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -51,27 +52,93 @@ def _legend(ax, n: int) -> None:
         ax.legend(fontsize=8, loc="best", ncol=1 if n < 6 else 2, framealpha=0.85)
 
 
+@dataclass
+class Segment:
+    """One attempt of a run on the shared axes: earlier attempts of a restarted run, then the last."""
+
+    label: str
+    offset_s: float  # from the first attempt's run_start
+    train: list[dict]
+    evals: list[dict]
+    final: bool
+    resumed_from_step: int  # where this attempt started (0: from scratch)
+
+
+def segments(run: RunData) -> list[Segment]:
+    offs = run.offsets()
+    out = [Segment(f"attempt {a.number}", off, a.train, a.evals, False, a.started_from_step)
+           for a, off in zip(run.attempts, offs)]
+    out.append(Segment(f"attempt {len(run.attempts) + 1}" if run.attempts else "", offs[-1], run.train,
+                       run.evals, True, int(run.summary.get("resumed_from_step") or 0) if run.attempts else 0))
+    return out
+
+
+def train_loss_scale(run: RunData) -> float:
+    """Factor that puts the training loss (nats per token) in the validation metric's unit: 1 for
+    log perplexity; for nats per byte, the validation set's tokens per byte, read off the logged
+    evaluations (exactly 1 with the byte tokenizer)."""
+    if run.summary.get("metric", "nats_per_byte") != "nats_per_byte":
+        return 1.0
+    for r in run.evals:
+        if r.get("token_loss") and r.get("nats_per_byte") is not None:
+            return float(r["nats_per_byte"]) / float(r["token_loss"])
+    return 1.0
+
+
+def _style(seg: Segment) -> dict:
+    return {"ls": "-" if seg.final else "--", "alpha": 1.0 if seg.final else 0.7}
+
+
+def _mark_restarts(run: RunData, segs: list[Segment], c, ax_t, ax_n, div: float) -> None:
+    """A dotted line where each later attempt started: at its run_start on the time axis, at the
+    tokens of the checkpoint it resumed from on the tokens axis."""
+    for k, seg in enumerate(segs[1:], 1):
+        ax_t.axvline(seg.offset_s / div, color=c, ls=":", lw=1.2)
+        ax_t.annotate(f"restart {k}: from step {seg.resumed_from_step}", (seg.offset_s / div, 1.0),
+                      xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(3, -12 - 10 * k),
+                      fontsize=7, color=c)
+        tok = run.step_tokens(seg.resumed_from_step)
+        if tok is not None:
+            ax_n.axvline(tok, color=c, ls=":", lw=1.2)
+
+
 def fig_loss(runs: list[RunData]) -> bytes:
-    """Validation loss vs wall-clock and vs tokens; target lines; each run's crossing marked."""
+    """Validation loss (and, lighter, the training loss per logged step) vs wall-clock and vs
+    tokens; target lines; each run's crossing marked; every attempt of a restarted run drawn."""
     fig, (ax_t, ax_n) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    tmax = max((r["elapsed_s"] for run in runs for r in run.evals), default=1.0)
+    all_segs = [segments(run) for run in runs]
+    tmax = max((seg.offset_s + r["elapsed_s"] for segs in all_segs for seg in segs for r in seg.evals + seg.train),
+               default=1.0)
     div, unit = time_unit(tmax)
     metrics = {run.summary.get("metric", "nats_per_byte") for run in runs}
     ylabel = METRIC_LABEL.get(metrics.pop(), "validation loss") if len(metrics) == 1 else "validation loss"
     targets: dict[float, int] = {}
-    for i, run in enumerate(runs):
+    for i, (run, segs) in enumerate(zip(runs, all_segs)):
         c = color(i)
-        t = [r["elapsed_s"] / div for r in run.evals]
-        y = [r["eval_loss"] for r in run.evals]
-        ax_t.plot(t, y, "o-", color=c, ms=3, lw=1.5, label=run.name)
-        tok = [run.eval_tokens(r) for r in run.evals]
-        if all(v is not None for v in tok):
-            ax_n.plot(tok, y, "o-", color=c, ms=3, lw=1.5, label=run.name)
+        scale = train_loss_scale(run)
+        for seg in segs:
+            st = _style(seg)
+            label = run.name + (f" ({seg.label})" if seg.label else "")
+            tt = [(seg.offset_s + r["elapsed_s"]) / div for r in seg.train]
+            tl = [r["loss"] * scale for r in seg.train if "loss" in r]
+            if len(tl) == len(tt) and tl:
+                ax_t.plot(tt, tl, color=c, lw=0.9, ls=st["ls"], alpha=0.35 * st["alpha"])
+                tok = [run.step_tokens(r["step"]) for r in seg.train]
+                if all(v is not None for v in tok):
+                    ax_n.plot(tok, tl, color=c, lw=0.9, ls=st["ls"], alpha=0.35 * st["alpha"])
+            t = [(seg.offset_s + r["elapsed_s"]) / div for r in seg.evals]
+            y = [r["eval_loss"] for r in seg.evals]
+            ax_t.plot(t, y, marker="o", color=c, ms=3, lw=1.5, label=label, **st)
+            tok = [run.eval_tokens(r) for r in seg.evals]
+            if all(v is not None for v in tok):
+                ax_n.plot(tok, y, marker="o", color=c, ms=3, lw=1.5, label=label, **st)
+        _mark_restarts(run, segs, c, ax_t, ax_n, div)
         targets.setdefault(run.target, i)
         hit = run.crossing()
         if hit is not None:
-            ax_t.plot(hit["elapsed_s"] / div, hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6, zorder=5)
-            ax_t.annotate(f"{hit['elapsed_s'] / div:.3g} {unit}", (hit["elapsed_s"] / div, hit["eval_loss"]),
+            at = (segs[-1].offset_s + hit["elapsed_s"]) / div
+            ax_t.plot(at, hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6, zorder=5)
+            ax_t.annotate(f"{at:.3g} {unit}", (at, hit["eval_loss"]),
                           textcoords="offset points", xytext=(6, 6 + 11 * (i % 3)), fontsize=8, color=c)
             if run.eval_tokens(hit) is not None:
                 ax_n.plot(run.eval_tokens(hit), hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6,
@@ -82,29 +149,61 @@ def fig_loss(runs: list[RunData]) -> bytes:
                 ax.axhline(target, color="black", ls="--", lw=1)
             ax_t.annotate(f"target {target:g}", (0, target), xycoords=("axes fraction", "data"),
                           textcoords="offset points", xytext=(4, -11), fontsize=8)
+    # the lighter lines need no legend entry per run: one grey sample says what they are
+    ax_t.plot([], [], color="grey", lw=0.9, alpha=0.35, label="training loss (lighter)")
     ax_t.set_xlabel(f"wall-clock time since run start ({unit})")
     ax_n.set_xlabel("training tokens")
     ax_n.xaxis.set_major_formatter(EngFormatter(sep=""))
     for ax in (ax_t, ax_n):
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    ax_t.set_title("Validation loss over time (★ = target reached)", fontsize=10)
-    ax_n.set_title("Validation loss over training tokens", fontsize=10)
+    ax_t.set_title("Loss over time (★ = target reached)", fontsize=10)
+    ax_n.set_title("Loss over training tokens", fontsize=10)
     if not ax_n.lines:
         ax_n.text(0.5, 0.5, "no sequence length in config.json", ha="center", transform=ax_n.transAxes)
-    _legend(ax_t, len(runs))
+    _legend(ax_t, len(ax_t.get_legend_handles_labels()[0]))
+    return _png(fig)
+
+
+def fig_lr(runs: list[RunData]) -> bytes:
+    """The learning rate at each logged step, every attempt of a restarted run included."""
+    fig, ax = plt.subplots(figsize=(11, 3.2), constrained_layout=True)
+    for i, run in enumerate(runs):
+        segs = segments(run)
+        for seg in segs:
+            rows = [r for r in seg.train if "lr" in r]
+            label = run.name + (f" ({seg.label})" if seg.label else "")
+            ax.plot([r["step"] for r in rows], [r["lr"] for r in rows], color=color(i), lw=1.4, label=label,
+                    **_style(seg))
+        for seg in segs[1:]:
+            ax.axvline(seg.resumed_from_step, color=color(i), ls=":", lw=1.2)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("learning rate")
+    ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+    top = max((r["lr"] for run in runs for seg in segments(run) for r in seg.train if "lr" in r), default=0.0)
+    if top > 0:
+        ax.set_ylim(0, top * 1.08)  # a constant LR at the top would otherwise sit on the frame
+    ax.set_title("Learning rate per logged step (dotted: where a restart resumed)", fontsize=10)
+    ax.grid(alpha=0.3)
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no learning rate in metrics.jsonl", ha="center", transform=ax.transAxes)
+    _legend(ax, len(ax.get_legend_handles_labels()[0]))
     return _png(fig)
 
 
 def fig_throughput(runs: list[RunData]) -> bytes:
     """Training tokens/s and MFU over the run, as logged every `train.log_every` steps."""
     fig, (ax_s, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
-    tmax = max((r["elapsed_s"] for run in runs for r in run.train), default=1.0)
+    all_segs = [segments(run) for run in runs]
+    tmax = max((seg.offset_s + r["elapsed_s"] for segs in all_segs for seg in segs for r in seg.train), default=1.0)
     div, unit = time_unit(tmax)
-    for i, run in enumerate(runs):
-        t = [r["elapsed_s"] / div for r in run.train]
-        ax_s.plot(t, [r["tokens_per_s"] for r in run.train], "-", color=color(i), lw=1.3, label=run.name)
-        ax_m.plot(t, [100 * r["mfu"] for r in run.train], "-", color=color(i), lw=1.3, label=run.name)
+    for i, (run, segs) in enumerate(zip(runs, all_segs)):
+        for seg in segs:
+            t = [(seg.offset_s + r["elapsed_s"]) / div for r in seg.train]
+            label = run.name + (f" ({seg.label})" if seg.label else "")
+            st = _style(seg)
+            ax_s.plot(t, [r["tokens_per_s"] for r in seg.train], color=color(i), lw=1.3, label=label, **st)
+            ax_m.plot(t, [100 * r["mfu"] for r in seg.train], color=color(i), lw=1.3, label=label, **st)
     ax_s.set_ylabel("training throughput (tokens/s)")
     ax_s.yaxis.set_major_formatter(EngFormatter(sep=""))
     ax_m.set_ylabel("MFU (% of peak FLOP/s)")
@@ -114,7 +213,7 @@ def fig_throughput(runs: list[RunData]) -> bytes:
         ax.set_xlabel(f"wall-clock time since run start ({unit})")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    _legend(ax_s, len(runs))
+    _legend(ax_s, len(ax_s.get_legend_handles_labels()[0]))
     return _png(fig)
 
 

@@ -14,6 +14,20 @@ from trainperf.errors import RunDirError
 
 
 @dataclass
+class Attempt:
+    """One earlier attempt of a resumed or restarted run, as the checkpointer set it aside in
+    `<run>/attempts/N/` (its metrics, result log and attempt.json)."""
+
+    number: int
+    train: list[dict]
+    evals: list[dict]
+    started_from_step: int  # 0 for the first attempt, else where the one before it resumed
+    reached_step: int | None  # attempt.json: the last step it logged
+    resumed_from_step: int | None  # attempt.json: the checkpoint step the next attempt went on from
+    start_ms: float | None  # its result log's run_start (ms since the epoch), None without a log
+
+
+@dataclass
 class RunData:
     path: Path
     summary: dict
@@ -21,6 +35,8 @@ class RunData:
     evals: list[dict] = field(default_factory=list)  # metrics rows of kind "eval"
     start: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # config.json, when present
+    attempts: list[Attempt] = field(default_factory=list)  # earlier attempts, oldest first
+    start_ms: float | None = None  # the final attempt's run_start, from its result log
 
     @property
     def name(self) -> str:
@@ -57,6 +73,31 @@ class RunData:
     def result_logs(self) -> list[Path]:
         return sorted(self.path.glob("result_*.txt"))
 
+    @property
+    def gbs(self) -> int | None:
+        return (self.recipe.get("train") or {}).get("global_batch_size")
+
+    def step_tokens(self, step: int) -> float | None:
+        """Training tokens after `step` optimizer steps (global batch x sequence length)."""
+        if self.seq_len is None or self.gbs is None:
+            return None
+        return float(step) * self.gbs * self.seq_len
+
+    def offsets(self) -> list[float]:
+        """Seconds from the first attempt's run_start to each attempt's (earlier ones, then the final
+        one), from the result logs' clocks; where a log is missing, an attempt starts where the one
+        before it last logged."""
+        out: list[float] = []
+        anchor: tuple[float, float] | None = None  # (run_start ms, offset) of the first attempt with a log
+        ends = 0.0
+        for rows, start_ms in [(a.train + a.evals, a.start_ms) for a in self.attempts] + [([], self.start_ms)]:
+            off = anchor[1] + (start_ms - anchor[0]) / 1000.0 if start_ms is not None and anchor else ends
+            if start_ms is not None and anchor is None:
+                anchor = (start_ms, off)
+            out.append(off)
+            ends = off + max((r["elapsed_s"] for r in rows), default=0.0)
+        return out
+
 
 def _read_json(path: Path) -> dict:
     try:
@@ -92,6 +133,41 @@ _NEEDS = {"train": ("step", "tokens_per_s", "mfu", "elapsed_s"),
           "eval": ("step", "eval_loss", "elapsed_s")}
 
 
+def _check_rows(rows: list[dict], metrics_path: Path) -> None:
+    for i, row in enumerate(rows, 1):
+        for key in _NEEDS.get(row["kind"], ()):
+            if key not in row:
+                raise RunDirError(f"{metrics_path}: row {i} ({row['kind']}) lacks '{key}'")
+
+
+def _run_start_ms(log: Path) -> float | None:
+    from trainperf.mlperf.score import read_log
+
+    return read_log(log).start_ms if log.is_file() else None
+
+
+def _load_attempts(path: Path, seed) -> list[Attempt]:
+    """Earlier attempts in `<run>/attempts/N/`; one stopped by a crash may lack its 'end' row."""
+    root = path / "attempts"
+    if not root.is_dir():
+        return []
+    out: list[Attempt] = []
+    started = 0
+    for n in sorted(int(d.name) for d in root.iterdir() if d.is_dir() and d.name.isdigit()):
+        d = root / str(n)
+        metrics = d / "metrics.jsonl"
+        rows = _read_metrics(metrics) if metrics.is_file() else []
+        _check_rows(rows, metrics)
+        info = _read_json(d / "attempt.json") if (d / "attempt.json").is_file() else {}
+        logs = sorted(d.glob(f"result_{seed}.txt" if seed is not None else "result_*.txt"))
+        out.append(Attempt(number=n, train=[r for r in rows if r["kind"] == "train"],
+                           evals=[r for r in rows if r["kind"] == "eval"], started_from_step=started,
+                           reached_step=info.get("reached_step"), resumed_from_step=info.get("resumed_from_step"),
+                           start_ms=_run_start_ms(logs[0]) if logs else None))
+        started = int(info.get("resumed_from_step") or 0)
+    return out
+
+
 def load_run(path: str | Path) -> RunData:
     """A finished run: metrics.jsonl with its 'end' row, summary.json, and config.json if present."""
     path = Path(path)
@@ -101,10 +177,7 @@ def load_run(path: str | Path) -> RunData:
     rows = _read_metrics(metrics_path)
     if not rows:
         raise RunDirError(f"{metrics_path}: empty; the run wrote no metrics")
-    for i, row in enumerate(rows, 1):
-        for key in _NEEDS.get(row["kind"], ()):
-            if key not in row:
-                raise RunDirError(f"{metrics_path}: row {i} ({row['kind']}) lacks '{key}'")
+    _check_rows(rows, metrics_path)
     if not any(r["kind"] == "end" for r in rows) or not (path / "summary.json").exists():
         n_evals = sum(r["kind"] == "eval" for r in rows)
         raise RunDirError(f"{path / 'summary.json'}: missing; the run is half-written (still running or "
@@ -115,9 +188,12 @@ def load_run(path: str | Path) -> RunData:
             raise RunDirError(f"{path / 'summary.json'}: lacks '{key}'")
     config = _read_json(path / "config.json") if (path / "config.json").exists() else {}
     start = next((r for r in rows if r["kind"] == "start"), {})
+    seed = summary.get("seed")
+    log = path / f"result_{seed}.txt"
     return RunData(path=path, summary=summary, config=config, start=start,
                    train=[r for r in rows if r["kind"] == "train"],
-                   evals=[r for r in rows if r["kind"] == "eval"])
+                   evals=[r for r in rows if r["kind"] == "eval"],
+                   attempts=_load_attempts(path, seed), start_ms=_run_start_ms(log))
 
 
 def expand_run_dirs(paths: list[str | Path]) -> list[Path]:

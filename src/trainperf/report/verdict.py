@@ -62,9 +62,15 @@ class Score:
     note: str
 
 
+def restarted(run: RunData) -> int:
+    """Earlier attempts of the run (attempts/N/ or the summary's count)."""
+    return max(len(run.attempts), int(run.summary.get("restarts") or 0))
+
+
 def score_runs(runs: list[RunData], verdicts: list[Verdict]) -> list[Score]:
     """One score per (benchmark, world size, device). A run that missed the target or failed the
-    checker counts as failed; MLPerf lets one failed run stand in for the slowest."""
+    checker counts as failed; MLPerf lets one failed run stand in for the slowest. A restarted run
+    counts as failed too, as in `trainperf score` without --count-restarts."""
     groups: dict[tuple[str, str], list[int]] = {}
     for i, run in enumerate(runs):
         s = run.summary
@@ -75,7 +81,7 @@ def score_runs(runs: list[RunData], verdicts: list[Verdict]) -> list[Score]:
         required = required_runs(bench, runs[idx[0]].path)
         minutes, failed = [], 0
         for i in idx:
-            if runs[i].summary["status"] == "success" and verdicts[i].status != "fail":
+            if runs[i].summary["status"] == "success" and verdicts[i].status != "fail" and not restarted(runs[i]):
                 minutes.append(float(runs[i].summary["time_to_train_s"]) / 60)
             else:
                 failed += 1
@@ -83,5 +89,9 @@ def score_runs(runs: list[RunData], verdicts: list[Verdict]) -> list[Score]:
         note = sc.message
         if any(verdicts[i].status == "n/a" for i in idx):
             note += "; some runs were not checked"
+        n_re = sum(1 for i in idx if restarted(runs[i]))
+        if n_re:
+            note += (f"; {n_re} restarted run{'s' if n_re > 1 else ''} counted as failed (MLPerf counts the whole "
+                     "wall clock; trainperf score --count-restarts scores them so)")
         out.append(Score(bench, group, len(idx), required, sc.minutes if sc.valid else None, note))
     return out
