@@ -85,3 +85,19 @@ def test_the_articles_checks_as_run_reproduce_the_published_minutes_and_speedup(
     assert speedup["published"] == pytest.approx(2.065 / 1.609, abs=1e-3)
     assert speedup["submitted_layout"] < 1.10
     assert abs(speedup["as_run"] / speedup["published"] - 1) < 0.10
+
+
+def test_rows_that_name_their_layout_get_a_submitted_prediction(rows):
+    by = {(r.result.round, r.result.benchmark, r.result.submitter, r.result.n_gpus): r for r in rows}
+    azure = by[("4.1", "llama2_70b_lora", "Azure", 512)]
+    assert {c.shape for c in azure.configs} == {(4, 1, 2)} and azure.config_precision == "fp8"
+    L = azure.submitted.layout
+    assert (L.tp, L.pp, L.cp, L.precision) == (4, 1, 2, "fp8")
+    assert azure.submitted_error == pytest.approx(azure.submitted.minutes / 1.609 - 1)
+    named = [r for r in rows if r.submitted is not None]
+    assert len(named) > 60
+    for r in named:
+        assert len({c.shape for c in r.configs}) == 1
+        assert (r.submitted.layout.tp, r.submitted.layout.pp, r.submitted.layout.cp) == next(iter(r.configs)).shape
+    s = summary(rows)
+    assert s["held_out"]["named_layout"]["rows"] == sum(1 for r in named if not r.result.fit)

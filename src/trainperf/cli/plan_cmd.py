@@ -181,6 +181,11 @@ def _validate(args) -> int:
              "predicted_p90": round(r.estimate.minutes_p90, 4) if r.estimate else None,
              "error_pct": round(100 * r.error, 2) if r.estimate else None,
              "layout": r.estimate.layout.to_dict() if r.estimate else None, "skipped": r.reason or None,
+             "config_precision": r.config_precision or None,
+             "configs": [c.source for c in r.configs],
+             "submitted_layout": None if r.submitted is None else {
+                 "minutes": round(r.submitted.minutes, 4), "error_pct": round(100 * r.submitted_error, 2),
+                 "layout": r.submitted.layout.to_dict()},
              "source": r.result.source} for r in rows]}
         print(json.dumps(out, indent=1))
         return 0
@@ -196,7 +201,7 @@ def _calibrate(args) -> int:
 
     cal = measure_spread(fit(Calibration(), log=lambda m: print(m, file=sys.stderr)))
     path = save_calibration(cal)
-    s = summary(validate(cal))
+    s = summary(validate(cal, submitted=False))
     print(f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
           f"held-out MAPE {s['held_out']['mape']}% on {s['held_out']['rows']} rows")
     return 0
@@ -361,9 +366,9 @@ def print_validation(rows, s, cal) -> None:
     c = _console()
     t = Table(title="published MLPerf results: predicted vs actual minutes")
     for col in ("round", "benchmark", "submitter", "GPUs", "accelerator", "GBS", "actual", "predicted",
-                "p10-p90", "error", "split"):
-        t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "p10-p90", "error")
-                     else "left")
+                "p10-p90", "error", "submitted", "precision", "split"):
+        t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "p10-p90", "error",
+                                                     "submitted") else "left")
     for r in rows:
         if r.estimate is None:
             continue
@@ -372,6 +377,8 @@ def print_validation(rows, s, cal) -> None:
         t.add_row(x.round, x.benchmark, x.submitter[:22], str(x.n_gpus), x.accelerator[:28], str(x.gbs),
                   f"{x.minutes:.3f}", f"{e.minutes:.3f}",
                   f"{e.minutes_p10:.3f}-{e.minutes_p90:.3f}{'' if inside else ' out'}", f"{100 * r.error:+.1f}%",
+                  "-" if r.submitted is None else f"{100 * r.submitted_error:+.1f}%",
+                  f"{e.layout.precision}" + (f" (ran {r.config_precision})" if r.config_precision else ""),
                   "fit" if x.fit else "held-out")
     c.print(t)
     skipped = [r for r in rows if r.estimate is None]
@@ -393,6 +400,16 @@ def print_validation(rows, s, cal) -> None:
         m.add_row(bname, str(f.get("rows", 0)), pct(f, "mape"), pct(f, "coverage_80_pct"), str(h.get("rows", 0)),
                   pct(h, "mape"), pct(h, "mean_signed_pct", True), pct(h, "coverage_80_pct"))
     c.print(m)
+    n = Table(title="rows whose submission's config names its layout: searched vs submitted-layout error")
+    for col in ("benchmark", "split", "rows", "searched MAPE", "submitted MAPE", "submitted signed"):
+        n.add_column(col, justify="left" if col in ("benchmark", "split") else "right")
+    for split in ("fit", "held_out"):
+        for bname in benches + ["overall"]:
+            d = (s[split] if bname == "overall" else s[split]["per_benchmark"].get(bname, {})).get("named_layout", {})
+            if d.get("rows"):
+                n.add_row(bname, split.replace("_", "-"), str(d["rows"]), f"{d['searched_mape']:.1f}%",
+                          f"{d['submitted_mape']:.1f}%", f"{d['submitted_mean_signed_pct']:+.1f}%")
+    c.print(n)
     c.print(f"band: p10-p90 from software spread {cal.software_sd:.3f} (sd of log minutes, measured on the fit rows) "
             "and each benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
     c.print(f"calibration: {cal.fitted_on}")

@@ -3,7 +3,9 @@
 `data/published_layouts.csv` lists the tensor-, pipeline- and context-parallel sizes named in the
 configuration scripts (`config_<system>_<nodes>x<gpus>x<batch>xtp<T>pp<P>cp<C>.sh`, GPT-3's
 `..._<nodes>x<gpus>x<m>x<TP>x<PP>_mbs<M>.sh`) of the submissions in MLCommons' results
-repositories v3.1-v5.1, each with its link. `_fp4` in a name marks an FP4 configuration.
+repositories v3.1-v5.1, each with its link. `precision` is fp4 where the name or the script
+mentions FP4 (NVIDIA's FP4 configs source `config_common_fp4.sh`), fp8 where the script mentions
+FP8 or sources the NeMo `config_common.sh` that sets `FP8=True`.
 
 The search ranks layouts whose (tp, pp, cp) NVIDIA published for the GPU family above those it
 did not, unless asked to explore: the model has no term for what makes untried layouts slow
@@ -31,6 +33,7 @@ class Published:
     round: str
     submitter: str
     benchmark: str  # MLPerf name
+    gpu: str  # catalog key the config's name names (h100, gb200, ...)
     gpu_family: str  # hardware generation: hopper, blackwell, blackwell_ultra
     gpus: int
     tp: int
@@ -51,7 +54,7 @@ def published() -> tuple[Published, ...]:
         for i, r in enumerate(csv.DictReader(f), start=2):
             try:
                 out.append(Published(round=r["round"], submitter=r["submitter"], benchmark=r["benchmark"],
-                                     gpu_family=r["gpu_family"], gpus=int(r["gpus"]), tp=int(r["tp"]),
+                                     gpu=r["gpu"], gpu_family=r["gpu_family"], gpus=int(r["gpus"]), tp=int(r["tp"]),
                                      pp=int(r["pp"]), cp=int(r["cp"]), precision=r["precision"],
                                      source=r["source"]))
             except (KeyError, ValueError) as e:
@@ -77,7 +80,8 @@ def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int
     return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round))
 
 
-def submitted(round_: str, submitter: str, benchmark: str, family: str, n_gpus: int) -> list[Published]:
-    """The configurations one submission shipped at its GPU count (more than one: it ran several)."""
+def submitted(round_: str, submitter: str, benchmark: str, gpu: str, n_gpus: int) -> list[Published]:
+    """The configurations one submission shipped for its GPU kind and count (several: it shipped
+    more than one, e.g. an FP8 and an FP4 variant, or configs for another system of the same kind)."""
     return [p for p in published() if p.round == round_ and p.submitter == submitter
-            and p.benchmark == benchmark and p.gpu_family == family and p.gpus == n_gpus]
+            and p.benchmark == benchmark and p.gpu == gpu and p.gpus == n_gpus]

@@ -19,6 +19,8 @@ from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import cluster, gpu_for_result
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.evidence import envelope
+from trainperf.plan.evidence import submitted as submitted_configs
+from trainperf.plan.hardware import PRECISIONS
 from trainperf.plan.search import search
 from trainperf.plan.workload import load_benchmark, max_precision
 
@@ -51,6 +53,11 @@ class Result:
     def key(self) -> str:
         return f"{self.round} {self.benchmark} {self.submitter} {self.n_gpus}x{self.accelerator}"
 
+    @property
+    def folder(self) -> str:
+        """The submitter's folder name in the results repository (from `source`)."""
+        return self.source.split("/results/")[0].rsplit("/", 1)[-1]
+
 
 def load_results(path: Path | None = None) -> list[Result]:
     p = path or RESULTS
@@ -72,11 +79,23 @@ class Row:
     result: Result
     estimate: Estimate | None
     reason: str = ""  # why there is no prediction
+    submitted: Estimate | None = None  # at the layout the submission's config names, where it names one
+    configs: tuple = ()  # evidence.Published: the submission's configs at its GPU kind and count
 
     @property
     def error(self) -> float:
         """Signed relative error of the prediction."""
         return self.estimate.minutes / self.result.minutes - 1
+
+    @property
+    def submitted_error(self) -> float | None:
+        return None if self.submitted is None else self.submitted.minutes / self.result.minutes - 1
+
+    @property
+    def config_precision(self) -> str:
+        """The matmul format the submission's configs ran: fp8, fp4, fp8/fp4 (both shipped), or ''."""
+        ps = sorted({c.precision for c in self.configs if c.precision}, key=PRECISIONS.index)
+        return "/".join(ps)
 
 
 class Predictor:
@@ -115,9 +134,33 @@ class Predictor:
         return Row(r, res.best[0])
 
 
-def validate(calib: Calibration, results: list[Result] | None = None) -> list[Row]:
+    def with_submitted(self, row: Row) -> Row:
+        """`row` plus the prediction at the (tp, pp, cp) the submission's configs name, in their
+        precision when they name one; the rest of the layout searched. Rows whose configs name
+        none, or several shapes, get none."""
+        r = row.result
+        g = gpu_for_result(r.accelerator)
+        if row.estimate is None or g is None:
+            return row
+        configs = tuple(submitted_configs(r.round, r.folder, r.benchmark, g.key, r.n_gpus))
+        row = replace(row, configs=configs)
+        shapes = {c.shape for c in configs}
+        if len(shapes) != 1:
+            return row
+        tp, pp, cp = shapes.pop()
+        fix = {"tp": tp, "pp": pp, "cp": cp}
+        prec = row.config_precision
+        m = self._model(r, self.cal)
+        res = search(m, r.n_gpus, gbs=r.gbs, ceiling=max_precision(r.round), top=1, fix=fix,
+                     precision=prec if prec in PRECISIONS and prec in g.precisions() else None)
+        return replace(row, submitted=res.best[0] if res.best else None)
+
+
+def validate(calib: Calibration, results: list[Result] | None = None, submitted: bool = True) -> list[Row]:
+    """Every row predicted as `plan` would; with `submitted`, also at its submission's named layout."""
     p = Predictor(calib)
-    return [p.predict(r) for r in (results if results is not None else load_results())]
+    rows = [p.predict(r) for r in (results if results is not None else load_results())]
+    return [p.with_submitted(row) for row in rows] if submitted else rows
 
 
 def mape(rows: list[Row]) -> float | None:
@@ -145,14 +188,26 @@ def _stats(rows: list[Row]) -> dict:
             "coverage_80_pct": round(coverage(rows), 1) if rows else None}
 
 
+def _named(rows: list[Row]) -> dict:
+    """Searched and submitted-layout error on the rows whose submission names its layout."""
+    sel = [r for r in rows if r.submitted is not None]
+    if not sel:
+        return {"rows": 0}
+    sub = [abs(r.submitted_error) for r in sel]
+    return {"rows": len(sel), "searched_mape": round(mape(sel), 2),
+            "submitted_mape": round(100 * sum(sub) / len(sub), 2),
+            "submitted_mean_signed_pct": round(100 * sum(r.submitted_error for r in sel) / len(sel), 2)}
+
+
 def summary(rows: list[Row]) -> dict:
     """MAPE, mean signed error and 80%-band coverage per benchmark and overall, fit and held-out
-    rows apart."""
+    rows apart, and on the rows that name their layout the searched and submitted-layout MAPE."""
     out: dict = {}
     for split in ("fit", "held_out"):
         sel = [r for r in rows if r.estimate is not None and (r.result.fit == (split == "fit"))]
-        per = {b: _stats([r for r in sel if r.result.benchmark == b]) for b in sorted({r.result.benchmark for r in sel})}
-        out[split] = {**_stats(sel), "per_benchmark": per}
+        per = {b: {**_stats(rb), "named_layout": _named(rb)}
+               for b in sorted({r.result.benchmark for r in sel}) for rb in [[r for r in sel if r.result.benchmark == b]]}
+        out[split] = {**_stats(sel), "named_layout": _named(sel), "per_benchmark": per}
     out["skipped"] = sum(1 for r in rows if r.estimate is None)
     return out
 
