@@ -212,7 +212,8 @@ def _restarted(run_dir: Path, dst: Path) -> Path:
     (a1 / "result_0.txt").write_text(_shifted((run / "result_0.txt").read_text(), -60_000))
     (a1 / "attempt.json").write_text(json.dumps({"reached_step": 4, "resumed_from_step": 2, "lost_steps": 2}))
     s = json.loads((run / "summary.json").read_text())
-    s.update(restarts=1, resumed_from_step=2)
+    # as the trainer writes it: time to train from the first attempt's run_start, the last one's beside it
+    s.update(restarts=1, resumed_from_step=2, last_attempt_s=s["time_to_train_s"], time_to_train_s=s["time_to_train_s"] + 60)
     (run / "summary.json").write_text(json.dumps(s))
     return run
 
@@ -228,6 +229,9 @@ def test_restarted_run_draws_every_attempt(run_dir, tmp_path):
     segs = plots.segments(run)
     assert [(s.label, s.final, s.resumed_from_step) for s in segs] == [("attempt 1", False, 0), ("attempt 2", True, 2)]
     assert segs[1].offset_s == pytest.approx(60.0)
+    parts = plots.breakdown(run)
+    assert parts["restarts"] == pytest.approx(60.0)  # the time before the last attempt, not "other"
+    assert sum(v for k, v in parts.items() if k != "save") == pytest.approx(run.summary["time_to_train_s"])
     # without the attempt's result log, the attempt after it starts where the one before last logged
     (run.path / "attempts" / "1" / "result_0.txt").unlink()
     again = load_run(run.path)
@@ -236,6 +240,7 @@ def test_restarted_run_draws_every_attempt(run_dir, tmp_path):
     assert [p.name for p in rep.images][:2] == ["loss.png", "lr.png"]
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "success (1 restart)" in page and "1 restarted run counted as failed" in page
+    assert f"last attempt {_fmt_time(run.summary['last_attempt_s'])}" in page
 
 
 def test_training_loss_is_put_in_the_metric_unit(run_dir):

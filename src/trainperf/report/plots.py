@@ -24,7 +24,8 @@ METRIC_LABEL = {"nats_per_byte": "validation loss (nats/byte)",
 # Fixed order and words for the loop's timers; keys the loop may add later still get drawn.
 _PHASES = {"data": "data wait", "compute": "forward/backward + optimizer", "fwd_bwd": "forward/backward",
            "optimizer": "optimizer", "eval": "evaluation", "checkpoint": "checkpoints",
-           "other": "other (logging, loop)", "save": "save weights (after the timed run)"}
+           "other": "other (logging, loop)", "restarts": "earlier attempts and restarts",
+           "save": "save weights (after the timed run)"}
 
 
 def color(i: int):
@@ -218,10 +219,16 @@ def fig_throughput(runs: list[RunData]) -> bytes:
 
 
 def breakdown(run: RunData) -> dict[str, float]:
-    """Seconds per phase; 'other' is the timed run not covered by the loop's timers."""
+    """Seconds per phase; 'other' is the timed run not covered by the loop's timers. The timers are
+    the last attempt's; for a restarted run (time to train from the first attempt's run_start) the
+    time before that attempt is 'restarts'."""
     tb = {k: float(v) for k, v in (run.summary.get("time_breakdown_s") or {}).items()}
     timed = sum(v for k, v in tb.items() if k != "save")
-    rest = float(run.summary["time_to_train_s"]) - timed
+    total = float(run.summary["time_to_train_s"])
+    last = float(run.summary.get("last_attempt_s") or total)
+    if total - last > 0:
+        tb["restarts"] = total - last
+    rest = last - timed
     if rest > 0:
         tb["other"] = rest
     return tb
