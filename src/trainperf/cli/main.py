@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainperf.cli.score_cmd import run_seeds_and_score, smoke_incomplete
+from trainperf.config import DataConfig, Recipe, list_recipes, load_recipe, validate
 from trainperf.errors import EXIT_USAGE, RunError, TrainperfError, UsageError
 
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
@@ -86,12 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from trainperf.cli.progress import RunDisplay
-    from trainperf.config import load_recipe
-    from trainperf.parallel.env import init_env
-    from trainperf.train.benchmark import run_benchmark
-    from trainperf.train.trainer import RunOptions
-
     overrides = list(args.overrides)
     if args.checkpoint_every is not None:
         overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
@@ -101,11 +97,8 @@ def cmd_run(args) -> int:
         raise UsageError("--max-steps must be >= 0")
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
-        from trainperf.cli.score_cmd import run_seeds_and_score
-
         return run_seeds_and_score(recipe, args, out, seed)
     from trainperf.parallel import launch
-    from trainperf.parallel.dims import ParallelDims
 
     if args.nproc < 0 or args.max_restarts < 0:
         raise UsageError("--nproc and --max-restarts must be >= 0")
@@ -114,18 +107,36 @@ def cmd_run(args) -> int:
 
         out = run_dir_of(args.resume)  # a resumed run keeps writing into its own directory
     if launch.should_launch(args.nproc, args.max_restarts):
-        # a bad mesh or batch split fails here, in one line, not in N workers
-        ParallelDims.from_config(recipe.parallel, max(1, args.nproc)).batch(recipe.train)
-        launch.check_devices(max(1, args.nproc), args.device)
-        started = time.time()
-        rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
-        status = launch.finished_status(out, since=started)
-        if rc != 0 or status is None:
-            raise RunError(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
-                             "see their messages above")
-        return _run_exit(recipe, args, out, status)
+        return _launch(recipe, args, out)
     if launch.under_torchrun() and args.out is None and args.resume is None:
         raise UsageError("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
+    return _run_here(recipe, args, out, seed)
+
+
+def _launch(recipe, args, out: Path) -> int:
+    """`run --nproc N` / `--max-restarts R`: start torchrun with this same command line as workers."""
+    from trainperf.parallel import launch
+    from trainperf.parallel.dims import ParallelDims
+
+    # a bad mesh or batch split fails here, in one line, not in N workers
+    ParallelDims.from_config(recipe.parallel, max(1, args.nproc)).batch(recipe.train)
+    launch.check_devices(max(1, args.nproc), args.device)
+    started = time.time()
+    rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
+    status = launch.finished_status(out, since=started)
+    if rc != 0 or status is None:
+        raise RunError(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
+                       "see their messages above")
+    return _run_exit(recipe, args, out, status)
+
+
+def _run_here(recipe, args, out: Path, seed: int) -> int:
+    """Train in this process (alone, or as one torchrun worker)."""
+    from trainperf.cli.progress import RunDisplay
+    from trainperf.parallel.env import init_env
+    from trainperf.train.benchmark import run_benchmark
+    from trainperf.train.trainer import RunOptions
+
     env = init_env(args.device)
     display = RunDisplay(enabled=env.is_main, live=not args.no_progress and sys.stdout.isatty())
     tb = None
@@ -155,8 +166,6 @@ def _run_exit(recipe, args, out: Path, status: str) -> int:
     if status == "success":
         return 0
     if recipe.smoke.enabled:
-        from trainperf.cli.score_cmd import smoke_incomplete
-
         why = smoke_incomplete(recipe, args.max_steps, out)
         if not why:
             return 0
@@ -165,7 +174,6 @@ def _run_exit(recipe, args, out: Path, status: str) -> int:
 
 
 def cmd_data(args) -> int:
-    from trainperf.config import DataConfig, validate, Recipe
     from trainperf.data.pipeline import prepare
 
     cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size,
@@ -197,8 +205,6 @@ def cmd_rules(args) -> int:
 
 
 def cmd_recipes(args) -> int:
-    from trainperf.config import list_recipes
-
     print("\n".join(list_recipes()))
     return 0
 

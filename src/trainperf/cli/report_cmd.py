@@ -3,23 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
 from pathlib import Path
 
-from trainperf.errors import RunError, UsageError
-
-
-@contextmanager
-def _one_line_errors():
-    """The report part's own errors become the CLI's one-line failures (exit 1)."""
-    from trainperf.report.export import ExportError
-    from trainperf.report.rundir import RunDirError
-    from trainperf.report.scaling import PlanError
-
-    try:
-        yield
-    except (RunDirError, PlanError, ExportError) as e:
-        raise RunError(str(e)) from None
+from trainperf.errors import UsageError
 
 
 def cmd_report(args) -> int:
@@ -27,9 +13,8 @@ def cmd_report(args) -> int:
 
     if not args.run_dirs and not args.plan:
         raise UsageError("report: give at least one run directory (or a --plan JSON)")
-    with _one_line_errors():
-        rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
-                           force=args.force, published=args.published, benchmarks=args.benchmark)
+    rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
+                       force=args.force, published=args.published, benchmarks=args.benchmark)
     for run, v in zip(rep.runs, rep.verdicts):
         print(f"{run}: compliance {v.status} ({v.detail})")
     for sc in rep.scores:
@@ -42,8 +27,7 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     from trainperf.report.export import export_hf
 
-    with _one_line_errors():
-        out = export_hf(args.run_dir, args.out)
+    out = export_hf(args.run_dir, args.out)
     print(f"wrote {out}/ (config.json, model.safetensors, tokenizer.json, tokenizer_config.json); load it with "
           f"transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0
@@ -56,9 +40,8 @@ def cmd_sample(args) -> int:
         raise UsageError("--max-new-tokens and --num-samples must be >= 1")
     if args.temperature < 0:
         raise UsageError("--temperature must be >= 0 (0: always the most likely token)")
-    with _one_line_errors():
-        texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
-                       args.top_k, args.seed, args.device)
+    texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
+                   args.top_k, args.seed, args.device)
     for i, text in enumerate(texts):
         if len(texts) > 1:
             print(f"----- sample {i + 1}")

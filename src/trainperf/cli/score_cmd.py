@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainperf.errors import RunError, UsageError
+from trainperf.errors import UsageError
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
@@ -70,12 +70,9 @@ def print_report(rep, out=None) -> None:
 
 
 def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False) -> int:
-    from trainperf.mlperf.score import ScoreError, score_dirs
+    from trainperf.mlperf.score import score_dirs
 
-    try:
-        rep = score_dirs(dirs, count_restarts=count_restarts)
-    except ScoreError as e:
-        raise RunError(str(e)) from None
+    rep = score_dirs(dirs, count_restarts=count_restarts)
     if as_json:
         print(json.dumps(rep.to_dict(), indent=1))
     else:
@@ -89,12 +86,8 @@ def cmd_score(args) -> int:
 
 def cmd_package(args) -> int:
     from trainperf.mlperf.package import package
-    from trainperf.mlperf.score import ScoreError
 
-    try:
-        res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
-    except ScoreError as e:
-        raise RunError(str(e)) from None
+    res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
     if args.json:
         print(json.dumps({"out": str(res.out), "files": [str(f) for f in res.files], "to_fill": res.to_fill,
                           "checker_ran": res.checker_ran, "checker_passed": res.checker_passed,
