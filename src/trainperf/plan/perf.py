@@ -218,7 +218,8 @@ class Model:
             rc_comp, rc_tp, rc_elem = comp_f, exp_tp_f + exp_cp_f, elem_f
         elif recompute == "selective":
             rc_elem = 0.5 * elem_f
-        act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute)
+        act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute,
+                                         frozen_mlp=self.b.lora)
         out = {
             "fwd": comp_f + exp_tp_f + exp_cp_f + elem_f,
             "bwd": comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
