@@ -158,3 +158,17 @@ def test_fp4_runs_only_its_share_of_gemm_work_at_the_fp4_rate():
     # Amdahl: a share phi of the GEMM FLOPs at the FP4 rate and the rest at FP8's, so the seconds
     # are linear in phi (attention and the adapters run in BF16 either way)
     assert gemm_seconds(0.7, "fp4") == pytest.approx(fp8 + 0.7 * (fp4_all - fp8), rel=1e-9)
+
+
+def test_lora_layers_keep_no_frozen_mlp_gemm_inputs():
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import cluster
+    from trainperf.plan.memory import activation_bytes_per_layer
+    from trainperf.plan.perf import Model
+    from trainperf.plan.workload import load_benchmark
+
+    b = load_benchmark("llama2_70b_lora", "5.0")
+    m = Model(b, cluster("b200", 8), load_calibration())
+    got = m._layer(1, 1, 1, "fp8", "none")["act_bytes"]
+    assert got == activation_bytes_per_layer(b.model, b.seq_len, 1, tp=1, recompute="none", frozen_mlp=True)
+    assert got < activation_bytes_per_layer(b.model, b.seq_len, 1, tp=1, recompute="none")
