@@ -7,6 +7,7 @@ and exit 2. Recipes are plain data; nothing here is evaluated or executed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import trainperf
 from trainperf.errors import ConfigError
+from trainperf.rules import rules_for
 
 
 @dataclass
@@ -283,6 +285,22 @@ def _parse_override(text: str) -> tuple[str, str, str]:
     return section, key, value.strip()
 
 
+def _derive_from_rules(r: Recipe, pinned: set[tuple[str, str]]) -> None:
+    """A smoke recipe states its GBS; the benchmark's rules (trainperf/rules/mlperf.toml) give the
+    LR, warm-up, decay, end LR and skipped evaluations at that GBS, unless the smoke section pins one."""
+    rules = rules_for(r.benchmark.rules)
+    if rules is None:
+        return
+    t = r.train
+    for path, value in rules.derived(t.global_batch_size, lr=t.lr, warmup=t.warmup_steps).items():
+        section, key = path.split(".")
+        now = getattr(getattr(r, section), key)
+        if isinstance(value, float) and math.isclose(now, value, rel_tol=1e-12):
+            continue  # 0.1 x 2e-5 is 2.0000000000000003e-06: keep the recipe's exact decimal
+        if (section, key) not in pinned:
+            setattr(getattr(r, section), key, value)
+
+
 def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, smoke: bool = False) -> Recipe:
     """Load a recipe by benchmark name or path, apply `section.key=value` overrides, validate it.
 
@@ -308,6 +326,7 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
         if section == "smoke":
             raise ConfigError(f"smoke.overrides: {text!r} cannot change the smoke section itself")
         _apply(smoke_recipe, section, key, value)
+    _derive_from_rules(smoke_recipe, pinned={_parse_override(t)[:2] for t in recipe.smoke.overrides})
     if smoke:
         recipe = smoke_recipe
         recipe.smoke.enabled = True

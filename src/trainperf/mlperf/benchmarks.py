@@ -1,10 +1,12 @@
 """What differs between benchmarks in the MLPerf log: extra keys, eval metadata, rule checks, deviations.
 
-The train loop calls these hooks and never branches on the benchmark's name itself. The closed rules
+The trainer calls these hooks and never branches on the benchmark's name itself. The closed rules
 of each official benchmark are in the YAMLs of the installed `mlperf-logging` package
 (`compliance_checker/training_<ruleset>/closed_<benchmark>.yaml`) and in the MLPerf training rules;
-`rule_checks` restates the ones a recipe can break, including those the checker does not look at
-(eval cadence, skipped evals, schedule formulas), so a run's summary lists every departure.
+the ones a recipe can break, including those the checker does not look at (eval cadence, skipped
+evals, schedule formulas), are stated once as data in `trainperf/rules/mlperf.toml`, and
+`rule_checks` checks a recipe against them, so a run's summary lists every departure. What the data
+cannot say (log keys that differ by ruleset) stays in the hook classes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from mlperf_logging.benchmark_meta import get_result_file_counts
 
 from trainperf.config import ConfigError, Recipe, load_recipe
 from trainperf.mlperf.logger import C, MLPerfLog
+from trainperf.rules import BenchmarkRules, rules_for
 
 # benchmark -> (newest training ruleset of the installed package that has it, runs per scored result
 # from the package's benchmark_meta). 405b is absent from 6.1.0 and gpt3 ends at 4.1.0; the checker
@@ -70,8 +73,9 @@ class BenchmarkHooks:
         return {"samples_count": samples}
 
     def rule_checks(self) -> list[Rule]:
-        """The closed rules a recipe can break (empty for our own benchmarks)."""
-        return []
+        """The closed rules a recipe can break, from trainperf/rules/mlperf.toml (none for our own benchmarks)."""
+        rules = rules_for(self.recipe.benchmark.rules)
+        return check_rules(self.recipe, rules) if rules is not None else []
 
     def deviations(self) -> list[str]:
         """Where this run departs from the benchmark's closed rules (listed in the summary)."""
@@ -105,86 +109,77 @@ def recipe_changes(r: Recipe, tag: str) -> list[str]:
     return out
 
 
+def _value(r: Recipe, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(r, section), name)
+
+
+# recipe key -> the field of BenchmarkRules that fixes it (a rule left at None leaves the key free)
+_FIXED = (("model.family", "family"), ("model.seq_len", "seq_len"), ("eval.every_samples", "eval_every_samples"),
+          ("eval.eval_samples", "eval_samples"), ("eval.eval_documents", "eval_documents"),
+          ("train.beta1", "beta1"), ("train.beta2", "beta2"), ("train.eps", "eps"),
+          ("train.weight_decay", "weight_decay"), ("train.grad_clip", "grad_clip"),
+          ("model.lora_rank", "lora_rank"), ("model.lora_alpha", "lora_alpha"), ("model.lora_dropout", "lora_dropout"))
+
+
+def check_rules(r: Recipe, b: BenchmarkRules) -> list[Rule]:
+    """Every rule of `b` (trainperf/rules/mlperf.toml) that the recipe can break, checked."""
+    t, gbs = r.train, r.train.global_batch_size
+    out = [_rule(key, _value(r, key), f"{getattr(b, attr)!r}", _value(r, key) == getattr(b, attr))
+           for key, attr in _FIXED if getattr(b, attr) is not None]
+    a, c = b.skip_evals
+    out.append(_rule("eval.skip_evals", r.eval.skip_evals, f"skip the first FLOOR({a} * GBS + {c}) = {b.skip(gbs)} evals",
+                     r.eval.skip_evals == b.skip(gbs)))
+    if b.lr is not None:  # the checker compares floats exactly, in this form
+        base, at = b.lr["base"], b.lr["at_gbs"]
+        out.append(_rule("train.lr", t.lr, f"{base} * GBS / {at} = {b.lrs(gbs)[0]!r}", t.lr * at == gbs * base))
+    elif b.lr_by_gbs:
+        out.append(_rule("train.lr", t.lr, f"one of {b.lrs(gbs)} at GBS {gbs}", t.lr in b.lrs(gbs)))
+    if b.warmup_steps(gbs) is not None:
+        out.append(_rule("train.warmup_steps", t.warmup_steps, f"CEIL({b.warmup_samples} / GBS) = {b.warmup_steps(gbs)}",
+                         t.warmup_steps == b.warmup_steps(gbs)))
+    if b.schedule_steps is not None:
+        out.append(_rule("train.max_steps", r.total_steps, f"max_steps == {b.schedule_steps:,}",
+                         r.total_steps == b.schedule_steps))
+    decay = b.decay_steps(gbs, t.warmup_steps)
+    if decay is not None:
+        how = "schedule end - warm-up" if b.decay_minus_warmup else "schedule end"
+        out.append(_rule("train.decay_steps", t.decay_steps, f"{how} = {decay}", t.decay_steps == decay))
+    end = b.end_lr_for(t.lr)
+    if end is not None:
+        want = f"{b.end_lr!r}" if b.end_lr is not None else f"{b.end_lr_ratio} x base LR"
+        out.append(_rule("train.end_lr", t.end_lr, want, math.isclose(t.end_lr, end, rel_tol=1e-12, abs_tol=0.0)))
+    if b.needs_init_checkpoint:
+        out.append(_rule("train.init_checkpoint", t.init_checkpoint, "the benchmark's start checkpoint",
+                         t.init_checkpoint != ""))
+    step = b.init_checkpoint_step(gbs)
+    if step is not None:
+        out.append(_rule("train.init_checkpoint_step", t.init_checkpoint_step,
+                         f"CEIL({b.init_checkpoint_samples} / GBS) = {step}", t.init_checkpoint_step == step))
+    if b.gbs_range is not None:
+        lo, hi = b.gbs_range
+        out.append(_rule("train.global_batch_size", gbs, f"{lo}..{hi} (else new RCPs)", lo <= gbs <= hi))
+    return out
+
+
 class _Common(BenchmarkHooks):
-    """Rules the three pretraining benchmarks share."""
+    """What the three pretraining benchmarks log alike."""
 
     official = True
-    seq_len = 0
-    every = 0
-    eval_samples = 0
-
-    def skip(self, gbs: int) -> int:
-        return 0
-
-    def rule_checks(self) -> list[Rule]:
-        m, t, e = self.recipe.model, self.recipe.train, self.recipe.eval
-        gbs = t.global_batch_size
-        rules = [
-            _rule("model.seq_len", m.seq_len, f"max_sequence_length == {self.seq_len}", m.seq_len == self.seq_len),
-            _rule("eval.every_samples", e.every_samples, f"eval every {self.every} sequences",
-                  e.every_samples == self.every),
-            _rule("eval.skip_evals", e.skip_evals, f"skip the first {self.skip(gbs)} evals",
-                  e.skip_evals == self.skip(gbs)),
-            _rule("train.beta1", t.beta1, "0.9", t.beta1 == 0.9),
-            _rule("train.beta2", t.beta2, "0.95", t.beta2 == 0.95),
-            _rule("train.weight_decay", t.weight_decay, "0.1", t.weight_decay == 0.1),
-            _rule("train.grad_clip", t.grad_clip, "1.0", t.grad_clip == 1.0),
-            _rule("model.family", m.family, "the benchmark's architecture",
-                  m.family == ("gpt" if self.recipe.benchmark.name == "gpt3" else "llama")),
-        ]
-        if self.eval_samples:
-            rules.append(_rule("eval.eval_samples", e.eval_samples, f"eval_samples == {self.eval_samples}",
-                               e.eval_samples == self.eval_samples))
-        return rules
 
 
 class Llama31_8B(_Common):
-    seq_len, every, eval_samples = 8192, 12288, 1024
-
-    def rule_checks(self) -> list[Rule]:
-        t = self.recipe.train
-        return super().rule_checks() + [
-            _rule("train.eps", t.eps, "1e-05", t.eps == 1e-5),
-            _rule("train.max_steps", self.recipe.total_steps, "max_steps == 1,200,000",
-                  self.recipe.total_steps == 1_200_000),
-            _rule("train.decay_steps", t.decay_steps, "1,200,000 - warm-up steps",
-                  t.decay_steps == 1_200_000 - t.warmup_steps),
-            _rule("train.end_lr", t.end_lr, "0.1 x base LR", math.isclose(t.end_lr, 0.1 * t.lr)),
-        ]
+    pass
 
 
 class Llama31_405B(_Common):
-    seq_len, every, eval_samples = 8192, 18432, 5760
-
-    def skip(self, gbs: int) -> int:
-        return math.floor(0.0026 * gbs + 12)
-
     def log_hyperparameters(self, log: MLPerfLog) -> None:
         log.event(C.INIT_CHECKPOINT_STEP, self.recipe.train.init_checkpoint_step)
-
-    def rule_checks(self) -> list[Rule]:
-        t = self.recipe.train
-        gbs = t.global_batch_size
-        warm = math.ceil(8000 * 1152 / gbs)
-        return super().rule_checks() + [
-            _rule("train.eps", t.eps, "1e-05", t.eps == 1e-5),
-            # the checker compares floats exactly: lr * 1152 == GBS * 8e-5
-            _rule("train.lr", t.lr, f"8e-5 * GBS / 1152 = {8e-5 * gbs / 1152!r}", t.lr * 1152 == gbs * 8e-5),
-            _rule("train.warmup_steps", t.warmup_steps, f"ceil(8000 * 1152 / GBS) = {warm}", t.warmup_steps == warm),
-            _rule("train.decay_steps", t.decay_steps, "ceil(1,200,000 * 1152 / GBS) - warm-up",
-                  t.decay_steps == math.ceil(1_200_000 * 1152 / gbs) - warm),
-            _rule("train.end_lr", t.end_lr, "8e-07", t.end_lr == 8e-7),
-            _rule("train.init_checkpoint", t.init_checkpoint, "the Llama 3.1 405B checkpoint",
-                  t.init_checkpoint != ""),
-            _rule("train.init_checkpoint_step", t.init_checkpoint_step, "0", t.init_checkpoint_step == 0),
-            _rule("train.global_batch_size", gbs, "1152..9216 (else new RCPs)", 1152 <= gbs <= 9216),
-        ]
 
 
 class GPT3(_Common):
     """Ruleset <= 4.1.0: Adam keys, eval_accuracy carries epoch_num = training tokens since the start."""
 
-    seq_len, every = 2048, 24576
     continues_schedule = True
     # Adam with decoupled weight decay, which the GPT-3 rules name "adam"; the 4.1.0 rules have no
     # Adam weight-decay key, so decay is logged under a trainperf key.
@@ -195,26 +190,6 @@ class GPT3(_Common):
 
     def eval_metadata(self, samples: int, tokens: int) -> dict:
         return {"epoch_num": tokens, "samples_count": samples}
-
-    def rule_checks(self) -> list[Rule]:
-        t = self.recipe.train
-        gbs = t.global_batch_size
-        lrs = (2e-5,) if gbs <= 3072 else ((2e-5, 3e-5) if gbs < 4096 else (3e-5,))
-        ckpt = math.ceil(4000 * 1536 / gbs)
-        return super().rule_checks() + [
-            _rule("train.eps", t.eps, "1e-08", t.eps == 1e-8),
-            _rule("train.lr", t.lr, f"one of {lrs} at GBS {gbs}", t.lr in lrs),
-            _rule("train.warmup_steps", t.warmup_steps, f"ceil(265 * 1536 / GBS) = {math.ceil(265 * 1536 / gbs)}",
-                  t.warmup_steps == math.ceil(265 * 1536 / gbs)),
-            _rule("train.decay_steps", t.decay_steps, f"ceil(108600 * 1536 / GBS) = {math.ceil(108600 * 1536 / gbs)}",
-                  t.decay_steps == math.ceil(108600 * 1536 / gbs)),
-            _rule("train.end_lr", t.end_lr, "0.1 x base LR", math.isclose(t.end_lr, 0.1 * t.lr)),
-            _rule("train.init_checkpoint_step", t.init_checkpoint_step,
-                  f"ceil(4000 * 1536 / GBS) = {ckpt} steps of the reference checkpoint", t.init_checkpoint_step == ckpt),
-            _rule("train.global_batch_size", gbs, "1536..8192 (else new RCPs)", 1536 <= gbs <= 8192),
-            _rule("eval.eval_documents", self.recipe.eval.eval_documents,
-                  "24567 (the reference's whole C4 validation subset)", self.recipe.eval.eval_documents == 24567),
-        ]
 
 
 class Llama2_70B_LoRA(BenchmarkHooks):
@@ -227,23 +202,6 @@ class Llama2_70B_LoRA(BenchmarkHooks):
         log.event("lora_alpha", m.lora_alpha)
         log.event("lora_dropout", m.lora_dropout)
         log.event(C.INIT_CHECKPOINT_STEP, self.recipe.train.init_checkpoint_step)
-
-    def rule_checks(self) -> list[Rule]:
-        m, t, e = self.recipe.model, self.recipe.train, self.recipe.eval
-        skip = math.floor(0.125 * t.global_batch_size + 2)
-        return [
-            _rule("model.lora_rank", m.lora_rank, "16", m.lora_rank == 16),
-            _rule("model.lora_alpha", m.lora_alpha, "32", m.lora_alpha == 32),
-            _rule("model.lora_dropout", m.lora_dropout, "0.1", m.lora_dropout == 0.1),
-            _rule("train.weight_decay", t.weight_decay, "1e-4", t.weight_decay == 1e-4),
-            _rule("train.grad_clip", t.grad_clip, "0.3", t.grad_clip == 0.3),
-            _rule("model.seq_len", m.seq_len, "8192", m.seq_len == 8192),
-            _rule("eval.every_samples", e.every_samples, "eval every 384 sequences", e.every_samples == 384),
-            _rule("eval.skip_evals", e.skip_evals, f"skip the first floor(0.125 * GBS + 2) = {skip} evals",
-                  e.skip_evals == skip),
-            _rule("eval.eval_samples", e.eval_samples, "173 (the GovReport validation set)", e.eval_samples == 173),
-            _rule("train.init_checkpoint", t.init_checkpoint, "the Llama 2 70B weights", t.init_checkpoint != ""),
-        ]
 
 
 _HOOKS: dict[str, Callable[[Recipe], BenchmarkHooks]] = {
