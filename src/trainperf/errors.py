@@ -68,3 +68,7 @@ class RunDirError(RunError, ValueError):
 
 class ExportError(RunError, ValueError):
     """A model layout or run directory the export cannot turn into a transformers checkpoint."""
+
+
+class BrowserError(RunError, RuntimeError):
+    """Chromium is missing, exited, or did not answer in time (the report's page check)."""

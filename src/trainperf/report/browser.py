@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainperf.errors import BrowserError
+
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 # Flags that work as root in a container without a display, a GPU or a network; the profile is fresh.
@@ -44,10 +46,6 @@ Promise.all([...document.images].map(im => im.decode().catch(() => null))).then(
                                            complete: im.complete})),
 }))
 """
-
-
-class BrowserError(RuntimeError):
-    """Chromium is missing, exited, or did not answer in time."""
 
 
 @dataclass
