@@ -175,6 +175,11 @@ def test_restart_is_seen_from_the_summary_or_the_log_alone(tmp_path):
     r = read_log(tmp_path / "a" / "result_0.txt")
     r.restarts, r.wall_minutes, r.count_restarts = 2, None, True
     assert r.score_minutes is None and "missing" in r.problem
+    _mllog(tmp_path / "d" / "result_0.txt", [(0, "submission_benchmark", "tiny", {}), (1, "restarts", 1, {}),
+                                             (2, "run_start", None, {})])
+    cut = read_log(tmp_path / "d" / "result_0.txt")
+    cut.restarts = 1
+    assert "truncated" in cut.problem and "(no run_start / run_stop)" in cut.restart_note
 
 
 def _rcp_log(path, samples, gbs=32, status="success"):

@@ -46,6 +46,7 @@ class RunLog:
     samples: int | None = None  # samples_count of the last eval_accuracy before run_stop
     tokens: int | None = None  # epoch_num of that eval_accuracy (gpt3: training tokens)
     bad_lines: int = 0
+    evals: int = 0  # eval_accuracy lines
     check: CheckResult | None = None
     start_ms: float | None = None  # run_start's time_ms (milliseconds since the epoch)
     stop_ms: float | None = None
@@ -91,8 +92,9 @@ class RunLog:
         """What a restart means for this run's time ("" for a run that never restarted)."""
         if not self.restarts:
             return ""
-        head = (f"restarted {self.restarts}x: the log times the last attempt only "
-                f"({self.minutes:.4f} min); MLPerf counts the whole wall clock")
+        last = "no run_start / run_stop" if self.minutes is None else f"{self.minutes:.4f} min"
+        head = (f"restarted {self.restarts}x: the log times the last attempt only ({last}); "
+                "MLPerf counts the whole wall clock")
         if self.wall_minutes is None:
             return head + ", and the earlier attempts' logs (attempts/N/) are missing"
         if self.count_restarts:
@@ -131,6 +133,7 @@ def read_log(path: Path) -> RunLog:
             run.logged_restarts = _int(value) or 0
         elif key == "eval_accuracy" and stop is None:
             last_eval = meta
+            run.evals += 1
         elif key == "run_stop" and stop is None:
             stop = t
             run.status = str(meta.get("status", ""))
@@ -150,14 +153,12 @@ def log_problem(path: Path, evals: int | None) -> str:
     if not path.is_file():
         return f"{path}: missing"
     run = read_log(path)
-    text = path.read_text(encoding="utf-8", errors="replace")
-    logged = text.count('"key": "eval_accuracy"')
     if run.bad_lines:
         return f"{path}: {run.bad_lines} unreadable :::MLLOG lines"
     if run.start_ms is None or run.stop_ms is None or run.stop_ms < run.start_ms:
         return f"{path}: no run_start followed by a run_stop"
-    if evals is not None and logged != evals:
-        return f"{path}: {logged} eval_accuracy lines, the run made {evals} logged evaluations"
+    if evals is not None and run.evals != evals:
+        return f"{path}: {run.evals} eval_accuracy lines, the run made {evals} logged evaluations"
     return ""
 
 
