@@ -42,3 +42,67 @@ def test_bad_toml_file(tmp_path):
     p.write_text("[train]\nlr = = 3\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_recipe(str(p))
+
+
+CHOICE_FIELDS = {  # every string field with a fixed set of values, and what it allows
+    "model.family": ("llama", "gpt"),
+    "data.kind": ("tokens", "samples"),
+    "train.precision": ("bf16", "fp32"),
+    "train.optimizer": ("adamw",),
+    "train.fused": ("auto", "fused", "foreach", "for-loop"),
+    "eval.metric": ("nats_per_byte", "log_perplexity"),
+    "parallel.activation_checkpoint": ("none", "selective", "full"),
+}
+
+
+@pytest.mark.parametrize("key, allowed", CHOICE_FIELDS.items())
+def test_choice_fields_are_checked_from_their_type(key, allowed):
+    with pytest.raises(ConfigError) as e:
+        load_recipe("tiny", [f"{key}=nonsense"])
+    msg = str(e.value)
+    assert msg.startswith(f"{key}: must be ") and msg.endswith("got 'nonsense'") and "\n" not in msg
+    assert all(repr(a) in msg for a in allowed)
+
+
+def test_choice_fields_accept_each_allowed_value():
+    r = load_recipe("tiny", ["parallel.activation_checkpoint=selective", "train.fused=for-loop",
+                             "eval.metric=log_perplexity", "train.precision=fp32"])
+    assert (r.parallel.activation_checkpoint, r.train.fused, r.eval.metric, r.train.precision) == (
+        "selective", "for-loop", "log_perplexity", "fp32")
+
+
+def test_choice_message_lists_values_in_order():
+    with pytest.raises(ConfigError, match=r"^parallel.activation_checkpoint: must be 'none', 'selective' or 'full', "
+                                          r"got 'some'$"):
+        load_recipe("tiny", ["parallel.activation_checkpoint=some"])
+    with pytest.raises(ConfigError, match=r"^train.optimizer: must be 'adamw', got 'sgd'$"):
+        load_recipe("tiny", ["train.optimizer=sgd"])
+
+
+def test_choice_list_field_checks_every_element():
+    r = load_recipe("tiny", ["model.lora_rank=4", "model.lora_targets=wq,w2"])
+    assert r.model.lora_targets == ["wq", "w2"]
+    with pytest.raises(ConfigError, match=r"^model.lora_targets: must be 'wq', .* or 'w3', got 'wx'$"):
+        load_recipe("tiny", ["model.lora_rank=4", "model.lora_targets=wq,wx"])
+
+
+def test_choice_in_a_toml_value_of_another_type(tmp_path):
+    p = tmp_path / "r.toml"
+    p.write_text("[model]\nfamily = 3\n")
+    with pytest.raises(ConfigError, match=r"^model.family: must be 'llama' or 'gpt', got 3$"):
+        load_recipe(str(p))
+
+
+def test_choices_checked_in_recipes_built_in_code():
+    """`trainperf data prepare` builds its DataConfig from arguments, not from a recipe file."""
+    from trainperf.config import DataConfig, Recipe, validate
+
+    validate(Recipe(data=DataConfig(kind="samples", tokenizer="byte")))
+    with pytest.raises(ConfigError, match=r"^data.kind: must be 'tokens' or 'samples', got 'rows'$"):
+        validate(Recipe(data=DataConfig(kind="rows")))
+
+
+def test_every_recipe_passes_the_choice_checks():
+    for name in list_recipes():
+        load_recipe(name)
+        load_recipe(name, smoke=True)

@@ -7,12 +7,13 @@ and exit 2. Recipes are plain data; nothing here is evaluated or executed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trainperf
 from trainperf.errors import ConfigError
@@ -32,7 +33,7 @@ class BenchmarkConfig:
 
 @dataclass
 class ModelConfig:
-    family: str = "llama"  # "llama" (RoPE, RMSNorm, SwiGLU, GQA) or "gpt" (learned pos, LayerNorm, GELU)
+    family: Literal["llama", "gpt"] = "llama"  # llama: RoPE, RMSNorm, SwiGLU, GQA; gpt: learned pos, LayerNorm, GELU
     n_layer: int = 4
     d_model: int = 256
     n_head: int = 4
@@ -54,7 +55,9 @@ class ModelConfig:
     lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0  # dropout on the adapter's input (training only)
-    lora_targets: list[str] = field(default_factory=lambda: ["wq", "wk", "wv", "wo"])
+    # the projections that get adapters (w3 exists in llama only)
+    lora_targets: list[Literal["wq", "wk", "wv", "wo", "w1", "w2", "w3"]] = field(
+        default_factory=lambda: ["wq", "wk", "wv", "wo"])
 
     @property
     def kv_heads(self) -> int:
@@ -85,7 +88,7 @@ class DataConfig:
     synthetic: bool = False  # smoke runs: a small random corpus, no files needed
     # "tokens": a text stream sampled in windows; "samples": fine-tuning rows scored only where their
     # labels say (LoRA on GovReport: the summary), from `input_ids`/`labels` or `input`/`output` rows
-    kind: str = "tokens"
+    kind: Literal["tokens", "samples"] = "tokens"
     # a separate validation file or folder (the MLPerf benchmarks evaluate on a fixed file); "" ->
     # hold out documents by a hash of their id
     val: str = ""
@@ -107,10 +110,10 @@ class TrainConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0
-    precision: str = "bf16"  # "bf16" (autocast) or "fp32"
+    precision: Literal["bf16", "fp32"] = "bf16"  # bf16: autocast
     fp8_linear: bool = False  # the blocks' linear layers in FP8 (torchao Float8Linear; Hopper and newer)
-    optimizer: str = "adamw"
-    fused: str = "auto"  # AdamW implementation: "auto", "fused", "foreach", "for-loop"
+    optimizer: Literal["adamw"] = "adamw"
+    fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0
     # Start from these weights (a .safetensors file or a run dir holding model.safetensors); a LoRA
@@ -124,7 +127,7 @@ class TrainConfig:
 class EvalConfig:
     every_samples: int = 4096  # evaluate after this many training sequences
     target: float = 1.45
-    metric: str = "nats_per_byte"  # or "log_perplexity" (mean token loss, the MLPerf LLM metric)
+    metric: Literal["nats_per_byte", "log_perplexity"] = "nats_per_byte"  # log_perplexity: mean token loss, the MLPerf LLM metric
     eval_samples: int = 0  # sequences evaluated (0 -> as many as `data.eval_bytes` gives)
     # >0: evaluate the whole validation split, which must hold exactly this many documents, and log
     # that count as eval_samples (GPT-3: the reference's 24,567-document C4 subset, ~11.6M tokens)
@@ -137,9 +140,11 @@ class ParallelConfig:
     dp_replicate: int = 1
     dp_shard: int = -1  # -1 -> whatever is left of the world size
     tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    activation_checkpoint: str = "none"  # "none", "selective", "full"
+    pp: int = 1  # pipeline stages (ranks); the layers split evenly over pp * vpp stage modules
+    vpp: int = 1  # virtual stages per pipeline rank (interleaved schedules)
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"] = "1f1b"
+    cp: int = 1  # context parallel: the sequence split over cp ranks, two chunks each (causal balance)
+    activation_checkpoint: Literal["none", "selective", "full"] = "none"
     compile: bool = False
 
 
@@ -211,9 +216,25 @@ def _resolve(name_or_path: str) -> Path:
     return cand
 
 
+def _check_choice(key: str, value: Any, typ: Any) -> None:
+    """A `Literal[...]` field (or a list of one) holds only the values its type names."""
+    origin = typing.get_origin(typ)
+    if origin is list:
+        for v in value if isinstance(value, list) else [value]:
+            _check_choice(key, v, typing.get_args(typ)[0])
+    elif origin is Literal:
+        allowed = [repr(a) for a in typing.get_args(typ)]
+        if value not in typing.get_args(typ):
+            names = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+            raise ConfigError(f"{key}: must be {names}, got {value!r}")
+
+
 def _coerce(key: str, value: Any, typ: Any) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise naming the key."""
     origin = typing.get_origin(typ)
+    if origin is Literal:
+        _check_choice(key, value, typ)
+        return value
     if origin is list:
         (inner,) = typing.get_args(typ)
         if isinstance(value, str):
@@ -258,8 +279,9 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
     raise ConfigError(f"{key}: unsupported type {typ}")  # pragma: no cover - schema bug
 
 
+@functools.cache
 def _section_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls)  # evaluates the annotations: once per class, not per validate()
 
 
 _SECTIONS = {f.name: f for f in dataclasses.fields(Recipe) if f.name != "source"}
@@ -344,9 +366,17 @@ def _check(ok: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
+def _check_choices(r: Recipe) -> None:
+    """Every Literal-typed field, also in a recipe built in code rather than loaded (e.g. `data prepare`)."""
+    for section in _SECTIONS:
+        obj = getattr(r, section)
+        for key, typ in _section_types(type(obj)).items():
+            _check_choice(f"{section}.{key}", getattr(obj, key), typ)
+
+
 def validate(r: Recipe) -> None:
+    _check_choices(r)
     m, d, t, e, p = r.model, r.data, r.train, r.eval, r.parallel
-    _check(m.family in ("llama", "gpt"), "model.family", f"must be 'llama' or 'gpt', got {m.family!r}")
     for k in ("n_layer", "d_model", "n_head", "seq_len"):
         _check(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")
     _check(m.d_model % m.n_head == 0, "model.n_head", f"{m.n_head} heads do not divide d_model={m.d_model}")
@@ -368,7 +398,6 @@ def validate(r: Recipe) -> None:
            f"must be 'byte', 'bpe' or a tokenizer.json path, got {d.tokenizer!r}")
     _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
     _check(d.eval_bytes > 0, "data.eval_bytes", "must be > 0")
-    _check(d.kind in ("tokens", "samples"), "data.kind", f"must be 'tokens' or 'samples', got {d.kind!r}")
     _check(d.kind == "tokens" or d.tokenizer != "bpe", "data.tokenizer",
            "fine-tuning samples (data.kind='samples') need 'byte' or a tokenizer.json path")
     _check(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1")
@@ -384,14 +413,10 @@ def validate(r: Recipe) -> None:
     _check(0 <= t.beta2 < 1, "train.beta2", "must be in [0, 1)")
     _check(t.eps > 0, "train.eps", "must be > 0")
     _check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables clipping)")
-    _check(t.precision in ("bf16", "fp32"), "train.precision", f"must be 'bf16' or 'fp32', got {t.precision!r}")
     _check(not t.fp8_linear or t.precision == "bf16", "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
     _check(not t.fp8_linear or r.parallel.tp == 1, "train.fp8_linear",
            "is not composed with tensor parallelism yet (parallel.tp must be 1)")
-    _check(t.optimizer == "adamw", "train.optimizer", f"only 'adamw' is implemented, got {t.optimizer!r}")
-    _check(t.fused in ("auto", "fused", "foreach", "for-loop"), "train.fused",
-           "must be auto, fused, foreach or for-loop")
     _check(t.log_every >= 1, "train.log_every", "must be >= 1")
     _check(t.seed >= 0, "train.seed", "must be >= 0")
     _check(t.init_checkpoint_step >= 0, "train.init_checkpoint_step", "must be >= 0")
@@ -401,7 +426,6 @@ def validate(r: Recipe) -> None:
     _check(r.smoke.init_steps >= 0, "smoke.init_steps", "must be >= 0")
     _check(e.every_samples >= 1, "eval.every_samples", "must be >= 1")
     _check(e.target > 0, "eval.target", "must be > 0")
-    _check(e.metric in ("nats_per_byte", "log_perplexity"), "eval.metric", "must be nats_per_byte or log_perplexity")
     _check(e.eval_samples >= 0, "eval.eval_samples", "must be >= 0")
     _check(e.eval_documents >= 0, "eval.eval_documents", "must be >= 0")
     _check(not (e.eval_samples and e.eval_documents), "eval.eval_documents",
@@ -410,12 +434,13 @@ def validate(r: Recipe) -> None:
     for k in ("dp_replicate", "tp", "pp", "cp"):
         _check(getattr(p, k) >= 1, f"parallel.{k}", "must be >= 1")
     _check(p.dp_shard == -1 or p.dp_shard >= 1, "parallel.dp_shard", "must be >= 1 or -1 (the rest)")
-    _check(p.activation_checkpoint in ("none", "selective", "full"), "parallel.activation_checkpoint",
-           "must be none, selective or full")
     _check(m.n_head % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide model.n_head={m.n_head}")
     _check(m.kv_heads % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide the {m.kv_heads} kv heads")
     _check(p.pp == 1, "parallel.pp", "pipeline parallelism is not implemented yet (use 1)")
-    _check(p.cp == 1, "parallel.cp", "context parallelism is not implemented yet (use 1)")
+    _check(p.vpp >= 1, "parallel.vpp", "must be >= 1")
+    _check(p.cp >= 1, "parallel.cp", "must be >= 1")
+    _check(m.seq_len % (2 * p.cp) == 0, "parallel.cp",
+           f"cp={p.cp} needs model.seq_len={m.seq_len} to split into 2*cp = {2 * p.cp} equal chunks")
     _check(p.tp == 1 or m.lora_rank == 0, "parallel.tp", "tensor parallelism with LoRA adapters is not supported")
     c = r.checkpoint
     _check(c.every_steps >= 0, "checkpoint.every_steps", "must be >= 0 (0 disables checkpoints)")
