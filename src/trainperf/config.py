@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import trainperf
 from trainperf.errors import ConfigError
+from trainperf.layout import PRECISIONS, parse_layout
 from trainperf.rules import rules_for
 
 
@@ -166,6 +167,19 @@ class SmokeConfig:
 
 
 @dataclass
+class SubmittedLayout:
+    """A layout a published system ran, from a recipe's `[layouts.NAME]` table; `trainperf run BENCH
+    --dry-run --layout NAME` checks and prices it. Not a run setting: runs take `--layout` or [parallel]."""
+
+    layout: str = ""  # trainperf.layout's grammar: tp=,pp=,vpp=,cp=,dp=,mbs=,gbs=
+    gpus: int = 0  # the system's GPU count (the world size the layout is for)
+    gpu: str = ""  # the planner's GPU kind (h100, h200, gb200, ...)
+    precision: str = ""  # the matmul format it ran (bf16, fp8, fp4), for the planner's estimate
+    system: str = ""  # round, submitter and system as published
+    source: str = ""  # where the layout is stated (the submission's own config file)
+
+
+@dataclass
 class Recipe:
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -175,6 +189,7 @@ class Recipe:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
+    layouts: dict[str, SubmittedLayout] = field(default_factory=dict)  # [layouts.NAME] tables
     source: str = ""  # file the recipe came from
 
     @property
@@ -184,6 +199,7 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("source")
+        d.pop("layouts")  # what others ran, not a setting of this run
         return d
 
 
@@ -284,7 +300,33 @@ def _section_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)  # evaluates the annotations: once per class, not per validate()
 
 
-_SECTIONS = {f.name: f for f in dataclasses.fields(Recipe) if f.name != "source"}
+_SECTIONS = {f.name: f for f in dataclasses.fields(Recipe) if f.name not in ("source", "layouts")}
+
+
+def _layouts(table: Any) -> dict[str, SubmittedLayout]:
+    """A recipe's `[layouts.NAME]` tables: known keys, the layout in the grammar, its GPU count
+    matching tp*pp*cp*dp, and a source."""
+    if not isinstance(table, dict):
+        raise ConfigError("layouts: expected [layouts.NAME] tables")
+    types = _section_types(SubmittedLayout)
+    out = {}
+    for name, t in table.items():
+        if not isinstance(t, dict):
+            raise ConfigError(f"layouts.{name}: expected a [layouts.{name}] table")
+        entry = SubmittedLayout()
+        for key, value in t.items():
+            if key not in types:
+                raise ConfigError(f"layouts.{name}.{key}: unknown key (known: {', '.join(types)})")
+            setattr(entry, key, _coerce(f"layouts.{name}.{key}", value, types[key]))
+        spec = parse_layout(entry.layout, what=f"layouts.{name}.layout")
+        _check(entry.gpus >= 1, f"layouts.{name}.gpus", "must be >= 1")
+        _check(bool(entry.source), f"layouts.{name}.source", "must say where the layout is published")
+        _check(entry.precision in ("",) + PRECISIONS, f"layouts.{name}.precision",
+               f"must be one of {', '.join(PRECISIONS)}, got {entry.precision!r}")
+        prod = spec.get("tp", 1) * spec.get("pp", 1) * spec.get("cp", 1) * spec.get("dp", 0)
+        _check(prod in (0, entry.gpus), f"layouts.{name}.layout", f"tp*pp*cp*dp = {prod}, not its gpus = {entry.gpus}")
+        out[name] = entry
+    return out
 
 
 def _apply(recipe: Recipe, section: str, key: str, value: Any) -> None:
@@ -333,6 +375,7 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"recipe {path}: not valid TOML ({e})") from None
     recipe = Recipe(source=str(path))
+    recipe.layouts = _layouts(raw.pop("layouts", {}))
     for section, table in raw.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{section}: expected a [section] table")

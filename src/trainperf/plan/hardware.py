@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
+from trainperf.layout import PRECISIONS  # slowest to fastest; one list for the planner and the layout grammar
 
 CATALOG = Path(__file__).with_name("hardware.toml")
-PRECISIONS = ("bf16", "fp8", "fp4")  # slowest to fastest
 
 
 @dataclass(frozen=True)

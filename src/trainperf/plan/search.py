@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainperf.config import ConfigError
-from trainperf.plan.hardware import PRECISIONS
+from trainperf.layout import RECOMPUTE, parse_layout  # the grammar `run --layout` shares
 from trainperf.plan.perf import Estimate, Layout, Model, best_precision
 from trainperf.plan.rcp import gbs_range
 
-RECOMPUTE = ("none", "selective", "full")
 MBS = (1, 2, 4, 8)
 POW2 = (1, 2, 4, 8, 16, 32, 64)
 MIN_CP_CHUNK = 1024  # tokens per context-parallel rank
@@ -113,32 +112,6 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
         if quick[1] != scored[0][1]:
             fastest = model.estimate(quick[1])
     return SearchResult(best=best, evaluated=n, closest_unfit=unfit, fastest_unranked=fastest)
-
-
-def parse_layout(text: str) -> dict:
-    """'tp=1,pp=1,dp=8,mbs=1' -> {'tp': 1, ...}; recompute= and precision= take words."""
-    out: dict = {}
-    alias = {"microbatch": "mbs", "vp": "vpp", "rc": "recompute", "gbs": "gbs", "prec": "precision"}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        if "=" not in part:
-            raise ConfigError(f"--layout: expected key=value, got '{part}'")
-        k, v = (x.strip() for x in part.split("=", 1))
-        k = alias.get(k, k)
-        if k in ("recompute", "precision"):
-            ok = RECOMPUTE if k == "recompute" else PRECISIONS
-            if v not in ok:
-                raise ConfigError(f"--layout: {k} must be one of {', '.join(ok)}, got '{v}'")
-            out[k] = v
-        elif k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs"):
-            try:
-                out[k] = int(v)
-            except ValueError:
-                raise ConfigError(f"--layout: {k} must be an integer, got '{v}'") from None
-            if out[k] < 1:
-                raise ConfigError(f"--layout: {k} must be >= 1, got {out[k]}")
-        else:
-            raise ConfigError(f"--layout: unknown key '{k}' (tp, pp, vpp, dp, cp, mbs, gbs, recompute, precision)")
-    return out
 
 
 def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
