@@ -13,6 +13,8 @@ from typing import Any
 from mlperf_logging import mllog
 from mlperf_logging.mllog import constants as C
 
+from trainperf import atomic
+
 RULES_DIR = Path(__file__).parent / "rules"
 
 
@@ -70,9 +72,7 @@ def render_rules(benchmark: str, target: float, out: Path) -> Path | None:
     for i, line in enumerate(lines):
         if "ATLEAST_ONE_CHECK" in line:
             lines[i] = f"    ATLEAST_ONE_CHECK: \"(v['value'] <= {target!r}) and v['value'] > 0.0\""
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out)
+    atomic.write_text(out, "\n".join(lines) + "\n")
     return out
 
 
