@@ -10,9 +10,10 @@ from safetensors.torch import load_file
 
 from trainperf.cli.main import main
 from trainperf.config import ModelConfig
+from trainperf.errors import WeightsError
 from trainperf.model.hf import HFTensors, read_hf_checkpoint, read_hf_config, to_hf
 from trainperf.model.transformer import Transformer
-from trainperf.model.weights import CheckpointError, load_base_weights
+from trainperf.model.weights import load_base_weights
 from trainperf.report.export import export_hf
 
 transformers = pytest.importorskip("transformers")
@@ -102,7 +103,7 @@ def test_gpt2_into_a_shorter_bias_free_recipe(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(x), hf_model(x).logits, **TOL)
     _, path2 = _gpt2(tmp_path / "b")
-    with pytest.raises(CheckpointError, match=r"model.safetensors: 'transformer.ln_f.bias' is not zero"):
+    with pytest.raises(WeightsError, match=r"model.safetensors: 'transformer.ln_f.bias' is not zero"):
         load_base_weights(Transformer(cfg), path2)
 
 
@@ -164,11 +165,11 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     _, path = _llama(tmp_path)
     recipe = ModelConfig(family="llama", n_layer=2, d_model=32, n_head=4, n_kv_head=2, d_ff=48, vocab_size=VOCAB,
                          seq_len=SEQ, rope_theta=500000.0, tie_embeddings=False)
-    with pytest.raises(CheckpointError, match=r"config.json: the checkpoint has model.n_layer=2, the recipe 3$"):
+    with pytest.raises(WeightsError, match=r"config.json: the checkpoint has model.n_layer=2, the recipe 3$"):
         load_base_weights(Transformer(dataclasses.replace(recipe, n_layer=3)), path)  # $: one line
-    with pytest.raises(CheckpointError, match=r"model.n_kv_head=2, the recipe 4"):
+    with pytest.raises(WeightsError, match=r"model.n_kv_head=2, the recipe 4"):
         read_hf_checkpoint(path, like=dataclasses.replace(recipe, n_kv_head=4))
-    with pytest.raises(CheckpointError, match=r"model.rope_theta=500000.0, the recipe 10000.0"):
+    with pytest.raises(WeightsError, match=r"model.rope_theta=500000.0, the recipe 10000.0"):
         read_hf_checkpoint(path, like=dataclasses.replace(recipe, rope_theta=10000.0))
 
     # a tensor missing from the file / a tensor of the wrong shape
@@ -177,27 +178,27 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     sd = load_file(str(path / "model.safetensors"))
     head = sd.pop("lm_head.weight")
     save_file(sd, str(path / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"model.safetensors: no tensor 'lm_head.weight'"):
+    with pytest.raises(WeightsError, match=r"model.safetensors: no tensor 'lm_head.weight'"):
         read_hf_checkpoint(path)
     sd["lm_head.weight"] = head[:, :16].contiguous()
     save_file(sd, str(path / "model.safetensors"))
-    with pytest.raises(CheckpointError, match=r"safetensors: 'lm_head.weight' gives output.weight shape \(96, 16\)"):
+    with pytest.raises(WeightsError, match=r"safetensors: 'lm_head.weight' gives output.weight shape \(96, 16\)"):
         read_hf_checkpoint(path)
-    with pytest.raises(CheckpointError, match=r"model.safetensors: 'lm_head.weight' has shape \(96, 16\)"):
+    with pytest.raises(WeightsError, match=r"model.safetensors: 'lm_head.weight' has shape \(96, 16\)"):
         load_base_weights(Transformer(recipe), path)
 
-    with pytest.raises(CheckpointError, match=r"Hugging Face tensor names, no 'tok_emb.weight'; point at the folder"):
+    with pytest.raises(WeightsError, match=r"Hugging Face tensor names, no 'tok_emb.weight'; point at the folder"):
         load_base_weights(Transformer(recipe), path / "model.safetensors")  # the file, not its folder
 
     raw = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**raw, "model_type": "mistral"}))
-    with pytest.raises(CheckpointError, match=r"config.json: model_type='mistral'"):
+    with pytest.raises(WeightsError, match=r"config.json: model_type='mistral'"):
         load_base_weights(Transformer(recipe), path)  # an HF folder of an unknown kind is not a trainperf dir
     (path / "config.json").write_text(json.dumps({**raw, "hidden_act": "gelu"}))
-    with pytest.raises(CheckpointError, match=r"hidden_act='gelu'"):
+    with pytest.raises(WeightsError, match=r"hidden_act='gelu'"):
         read_hf_config(path)
     (path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"no model.safetensors or model.safetensors.index.json"):
+    with pytest.raises(WeightsError, match=r"no model.safetensors or model.safetensors.index.json"):
         HFTensors(path, "llama")
 
 
@@ -244,7 +245,7 @@ def test_llama3_rope_scaling_gives_transformers_logits(tmp_path):
     from trainperf.model.hf import hf_config
 
     assert hf_config(cfg)["rope_parameters"]["rope_type"] == "llama3"
-    with pytest.raises(CheckpointError, match="rope_scaling_factor=8.0, the recipe 0.0"):
+    with pytest.raises(WeightsError, match="rope_scaling_factor=8.0, the recipe 0.0"):
         read_hf_checkpoint(path, like=dataclasses.replace(cfg, rope_scaling_factor=0.0))
 
 
@@ -252,7 +253,7 @@ def test_gpt2_with_distinct_kv_heads_does_not_fold(tmp_path):
     _, path = _gpt2(tmp_path)
     like = ModelConfig(family="gpt", n_layer=2, d_model=32, n_head=4, n_kv_head=2, vocab_size=VOCAB, seq_len=SEQ,
                        bias=True)
-    with pytest.raises(CheckpointError, match=r"'transformer.h.0.attn.c_attn.weight' has 4 distinct k/v heads"):
+    with pytest.raises(WeightsError, match=r"'transformer.h.0.attn.c_attn.weight' has 4 distinct k/v heads"):
         read_hf_checkpoint(path, like=like)
 
 
