@@ -15,6 +15,7 @@ from pathlib import Path
 from trainperf.cli.score_cmd import run_seeds_and_score, smoke_incomplete
 from trainperf.config import DataConfig, Recipe, list_recipes, load_recipe, validate
 from trainperf.errors import EXIT_USAGE, RunError, TrainperfError, UsageError
+from trainperf.parallel import launch
 
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
 # parser and sets `handler=` via set_defaults; any TrainperfError a handler raises becomes a
@@ -98,8 +99,6 @@ def cmd_run(args) -> int:
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
         return run_seeds_and_score(recipe, args, out, seed)
-    from trainperf.parallel import launch
-
     if args.nproc < 0 or args.max_restarts < 0:
         raise UsageError("--nproc and --max-restarts must be >= 0")
     if args.out is None and args.resume is not None:
@@ -115,7 +114,6 @@ def cmd_run(args) -> int:
 
 def _launch(recipe, args, out: Path) -> int:
     """`run --nproc N` / `--max-restarts R`: start torchrun with this same command line as workers."""
-    from trainperf.parallel import launch
     from trainperf.parallel.dims import ParallelDims
 
     # a bad mesh or batch split fails here, in one line, not in N workers
