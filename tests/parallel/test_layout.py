@@ -92,3 +92,15 @@ def test_no_more_processes_than_gpus(monkeypatch):
     check_devices(1, "cuda")
     with pytest.raises(ConfigError, match="--nproc 2: only 1 CUDA"):
         check_devices(2, "auto")
+
+
+def test_context_parallel_layout_and_chunks():
+    from trainperf.parallel.context import chunk_positions
+
+    with pytest.raises(ConfigError, match="parallel.cp.*2\\*cp = 6"):
+        load_recipe("tiny", ["parallel.cp=3"])  # 256 does not split into 6 equal chunks
+    dims = resolve_layout(ParallelConfig(cp=2, tp=2), 8, rank=3)
+    assert (dims.dp, dims.cp_rank, dims.grad_ranks, dims.strategy) == (2, 1, 4, "fsdp+cp+tp")
+    # causal balance: rank r holds chunk r and chunk 2cp-1-r, and together the ranks hold everything once
+    assert chunk_positions(8, 2, 0).tolist() == [0, 1, 6, 7] and chunk_positions(8, 2, 1).tolist() == [2, 3, 4, 5]
+    assert sorted(sum((chunk_positions(24, 3, r).tolist() for r in range(3)), [])) == list(range(24))

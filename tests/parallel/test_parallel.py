@@ -1,4 +1,4 @@
-"""DDP, FSDP2 and tensor parallel on 2 CPU processes (gloo) against one process, at the same global batch.
+"""DDP, FSDP2, tensor and context parallel on 2 and 4 CPU processes (gloo) against one process, at the same global batch.
 
 One torchrun launch runs every 2-process job (start-up is most of the cost); the single-process
 references run in this process.
@@ -7,7 +7,7 @@ Tolerance: rtol 1e-5 on every per-step training loss and eval loss (measured: at
 relative over 4-6 steps, most steps bit-identical). The runs are fp32, so the only differences are
 summation order: DDP/FSDP average two half-batch gradients where one process accumulates two
 micro-batches, FSDP reduce-scatters instead of all-reducing, TP splits matmul reductions over heads
-and columns. Adam normalises each gradient element, so such ~1e-7 differences stay ~1e-7 in the
+and columns, CP attends with an explicit mask over gathered keys instead of the causal kernel. Adam normalises each gradient element, so such ~1e-7 differences stay ~1e-7 in the
 loss over a few steps; a real bug (a missing all-reduce, a wrong shard, a loss counted twice) moves
 the loss by percent. 1e-5 leaves room for other CPUs' kernels without hiding such bugs.
 """
@@ -69,21 +69,36 @@ JOBS = {
     "ddp_samples": (["data.kind=samples", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
     "fsdp_samples": (["data.kind=samples", "train.micro_batch_size=2"], 3),
     "fsdp_accum4": (["train.micro_batch_size=1"], STEPS),  # 4 micro-batches per rank
+    # context parallel: each rank holds 2 of the 4 chunks of every sequence, attention gathers K/V
+    "cp": (["parallel.cp=2", "parallel.dp_shard=1"], STEPS),
+    "cp_samples": (["data.kind=samples", "parallel.cp=2", "parallel.dp_shard=1"], 3),
+    "gpt_cp": (["model.family=gpt", "model.bias=true", "parallel.cp=2", "parallel.dp_shard=1"], 3),
 }
-REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single"}
+# 4 processes (one more launch): context parallel composed with FSDP2 and with tensor parallel
+JOBS4 = {
+    "cp_fsdp": (["parallel.cp=2", "parallel.dp_shard=2"], STEPS),
+    "cp_tp": (["parallel.cp=2", "parallel.tp=2", "parallel.dp_shard=1"], STEPS),
+}
+REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single", "cp_samples": "samples_single",
+             "gpt_cp": "gpt_single"}
+
+
+def _launch(root: Path, jobs: dict, nproc: int, cache: Path) -> None:
+    todo = [{"out": str(root / name), "overrides": _base(cache) + extra, "max_steps": steps}
+            for name, (extra, steps) in jobs.items()]
+    (root / f"jobs{nproc}.json").write_text(json.dumps(todo))
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                        str(HERE / "dist_worker.py"), str(root / f"jobs{nproc}.json")],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     cache = root / "cache"
-    jobs = [{"out": str(root / name), "overrides": _base(cache) + extra, "max_steps": steps}
-            for name, (extra, steps) in JOBS.items()]
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        str(HERE / "dist_worker.py"), str(root / "jobs.json")],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stderr[-3000:]
+    _launch(root, JOBS, 2, cache)
+    _launch(root, JOBS4, 4, cache)
     # single-process references, same recipe and global batch (2 micro-batches of 4 instead of 2 ranks x 4)
     for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
                                ("samples_single", ["data.kind=samples"], 3)):
@@ -92,12 +107,12 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
-                                  "fsdp_samples"])
+                                  "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")
     got_train, got_eval = rows(runs / name, "train"), rows(runs / name, "eval")
-    assert sorted(got_train) == list(range(1, JOBS[name][1] + 1))
+    assert sorted(got_train) == list(range(1, {**JOBS, **JOBS4}[name][1] + 1))
     for step, loss in got_train.items():
         assert loss == pytest.approx(ref_train[step], rel=RTOL), (name, step)
     assert got_eval.keys() == ref_eval.keys()
@@ -117,7 +132,7 @@ def test_fsdp_reduces_gradients_once_per_step(runs, name, accum):
 
 def test_every_layout_evaluates_like_one_process(runs):
     """The eval set ends with a short window; every layout scores it and matches one process."""
-    for name in ("tp", "gpt_tp", "fsdp", "ddp"):
+    for name in ("tp", "gpt_tp", "fsdp", "ddp", "cp", "cp_fsdp", "cp_tp"):
         ref = rows(runs / ("gpt_single" if name == "gpt_tp" else "single"), "eval")
         got = rows(runs / name, "eval")
         assert got and got.keys() <= ref.keys()
@@ -142,8 +157,15 @@ def test_fsdp_bf16_trains_and_logs_layout(runs):
     assert summary["world_size"] == 2
 
 
+def test_context_parallel_says_how_it_attends(runs):
+    log = (runs / "cp_fsdp" / "result_0.txt").read_text()
+    assert '"key": "context_parallelism", "value": 2' in log and '"cp_attention": "allgather_kv"' in log
+    summary = json.loads((runs / "cp_tp" / "summary.json").read_text())
+    assert summary["layout"]["strategy"] == "fsdp+cp+tp" and summary["layout"]["cp_attention"] == "allgather_kv"
+
+
 def test_only_rank0_writes_logs(runs):
-    for name in JOBS:
+    for name in {**JOBS, **JOBS4}:
         assert sorted(p.name for p in (runs / name).glob("result_*.txt")) == ["result_0.txt"]
         lines = (runs / name / "result_0.txt").read_text().count("run_start")
         assert lines == 1

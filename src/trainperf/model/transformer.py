@@ -108,8 +108,12 @@ class Attention(nn.Module):
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         if self.use_rope:
             q, k = apply_rope(q, rope[:, :T]), apply_rope(k, rope[:, :T])
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        y = self.attend(q, k, v)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention over the sequence this module sees (context parallelism swaps in its own)."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
 
 
 class MLP(nn.Module):
@@ -159,6 +163,8 @@ class Transformer(nn.Module):
                                  persistent=False)
         else:
             self.rope = None
+        # the positions of the tokens the model sees, in order (a context-parallel rank sees only its chunks)
+        self.register_buffer("positions", torch.arange(cfg.seq_len), persistent=False)
         if cfg.lora_rank > 0:
             add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
         if not self.tok_emb.weight.is_meta:  # on the meta device the caller shards first, then calls init_weights
@@ -189,16 +195,21 @@ class Transformer(nn.Module):
         for module in self.modules():  # after every base weight: the base is the same with or without LoRA
             if isinstance(module, LoRALinear):
                 module.init_adapters(gen)
+        self.set_positions(torch.arange(self.cfg.seq_len, device=self.tok_emb.weight.device))
+
+    def set_positions(self, positions: torch.Tensor) -> None:
+        """Which positions the input tokens hold (default 0..T-1); the RoPE table follows them."""
+        self.positions = positions
         if self.rope is not None:
-            self.rope = precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta,
-                                        self.cfg).to(self.tok_emb.weight.device)
+            full = precompute_rope(self.cfg.head_dim, self.cfg.seq_len, self.cfg.rope_theta, self.cfg)
+            self.rope = full[:, positions.cpu()].to(positions.device)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32."""
         T = idx.shape[1]
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+            x = x + self.pos_emb(self.positions[:T])
         for block in self.layers.values():
             x = block(x, self.rope)
         logits = self.output(self.norm(x))

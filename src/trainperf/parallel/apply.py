@@ -2,7 +2,7 @@
 calls `parallelize` to build and `grad_sync` around backward, and nothing else.
 
 Order of application, as torchtitan does it: tensor parallel -> activation checkpointing -> compile
-per block -> FSDP2 (or DDP when nothing is sharded). Parameter names never change, so a checkpoint
+per block -> FSDP2 (or DDP when nothing is sharded) -> storage and init -> context parallel. Parameter names never change, so a checkpoint
 written under one layout loads under any other.
 """
 
@@ -14,6 +14,7 @@ import functools
 import torch
 import torch.nn as nn
 
+from trainperf.parallel.context import apply_cp
 from trainperf.parallel.dims import ParallelDims
 
 
@@ -40,6 +41,8 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
         apply_fsdp(model, dims.dp_mesh, precision)
     model.to_empty(device=device)
     model.init_weights(seed)
+    if dims.cp > 1:
+        apply_cp(model, dims)  # after init: it re-indexes the position tables init_weights builds
     if dims.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainperf.config import ConfigError, ParallelConfig, TrainConfig
+from trainperf.config import ConfigError, ParallelConfig, Recipe, TrainConfig
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -65,13 +65,27 @@ class ParallelDims:
                                   f"{world_size} processes (set parallel.dp_shard=-1 to use the rest)")
         return cls(pcfg.dp_replicate, shard, pcfg.tp, pcfg.pp, pcfg.cp, rank=rank)
 
+    @classmethod
+    def for_recipe(cls, r: Recipe, world_size: int, rank: int = 0) -> "ParallelDims":
+        """The trainer's whole layout check for a recipe on `world_size` processes (the mesh, the batch
+        split, what pipeline and context parallelism need of the model), before any process starts;
+        a ConfigError names the key that does not fit."""
+        dims = cls.from_config(r.parallel, world_size, rank)
+        dims.batch(r.train)
+        return dims
+
     def build_mesh(self, device_type: str) -> None:
-        """Create the DeviceMesh (every rank must call it, once). One process needs none."""
+        """Create the DeviceMesh (every rank must call it, once), with the flattened dimensions the
+        layout needs: FSDP shards over dp_shard x cp, losses are summed over dp x cp. One process needs none."""
         if self.world_size == 1 or self.mesh is not None:
             return
         from torch.distributed.device_mesh import init_device_mesh
 
-        self.mesh = init_device_mesh(device_type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
+        mesh = init_device_mesh(device_type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
+        if self.cp > 1:
+            mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
+        self.mesh = mesh
 
     # ---- sizes
 
@@ -89,9 +103,17 @@ class ParallelDims:
 
     @property
     def fsdp(self) -> bool:
-        """Parameters are sharded over the data-parallel ranks (FSDP2 / HSDP). With TP, FSDP2 also
-        replaces DDP for plain replication, because DDP cannot hold DTensor parameters."""
-        return self.dp_shard > 1 or (self.dp > 1 and self.tp > 1)
+        """Parameters are sharded over the data-parallel (and context-parallel) ranks: FSDP2 / HSDP.
+        With TP, FSDP2 also replaces DDP for plain replication, because DDP cannot hold DTensor
+        parameters; with CP, the cp ranks hold the same weights and average their gradients like
+        data-parallel peers, so FSDP2 shards over dp_shard x cp (as torchtitan does)."""
+        return self.dp_shard > 1 or self.cp > 1 or (self.dp > 1 and self.tp > 1)
+
+    @property
+    def grad_ranks(self) -> int:
+        """How many ranks average each gradient (the FSDP/DDP group): the data-parallel ranks times
+        the context-parallel ones, each of which holds a share of every sequence."""
+        return self.dp * self.cp
 
     @property
     def ddp(self) -> bool:
@@ -99,12 +121,14 @@ class ParallelDims:
 
     @property
     def strategy(self) -> str:
-        """A short name for logs: ddp, fsdp, hsdp, tp, fsdp+tp, ... or single."""
+        """A short name for logs: ddp, fsdp, hsdp, fsdp+cp, hsdp+tp, tp, ... or single."""
         parts = []
-        if self.dp_shard > 1:
+        if self.fsdp and self.dp * self.cp > 1:
             parts.append("hsdp" if self.dp_replicate > 1 else "fsdp")
-        elif self.dp_replicate > 1:
-            parts.append("hsdp" if self.tp > 1 else "ddp")
+        elif self.ddp:
+            parts.append("ddp")
+        if self.cp > 1:
+            parts.append("cp")
         if self.tp > 1:
             parts.append("tp")
         return "+".join(parts) or "single"
@@ -125,20 +149,28 @@ class ParallelDims:
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
     @property
-    def dp_mesh(self):
-        """The data-parallel sub-mesh FSDP2 shards over (dp_shard, or dp_replicate x dp_shard for HSDP)."""
-        if self.mesh is None:
-            return None
-        return self.mesh["dp_replicate", "dp_shard"] if self.dp_replicate > 1 else self.mesh["dp_shard"]
+    def cp_rank(self) -> int:
+        return self.coords()["cp"]
 
     @property
-    def dp_group(self):
-        """The process group of this rank's data-parallel peers (what evaluation sums over); None is the world."""
-        if self.mesh is None or self.dp == self.world_size:
+    def cp_group(self):
+        return None if self.mesh is None or self.cp == 1 else self.mesh["cp"].get_group()
+
+    @property
+    def dp_mesh(self):
+        """The sub-mesh FSDP2 shards over: dp_shard (x cp), and dp_replicate beside it for HSDP."""
+        if self.mesh is None:
             return None
-        if self.dp_replicate == 1 or self.dp_shard == 1:
-            return self.mesh["dp_replicate" if self.dp_shard == 1 else "dp_shard"].get_group()
-        return self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
+        shard = "dp_shard_cp" if self.cp > 1 else "dp_shard"
+        return self.mesh["dp_replicate", shard] if self.dp_replicate > 1 else self.mesh[shard]
+
+    @property
+    def loss_group(self):
+        """The ranks whose losses add up to the global batch's (every data- and context-parallel
+        rank of one tensor/pipeline position); None is the world."""
+        if self.mesh is None or self.grad_ranks == self.world_size:
+            return None
+        return self.mesh["dp_cp"].get_group()
 
     def batch(self, t: TrainConfig) -> BatchGeometry:
         """The per-rank batch and micro-batch of `t`, or a ConfigError naming the key that does not fit."""
@@ -153,12 +185,16 @@ class ParallelDims:
 
     def comm_precision(self, precision: str) -> str:
         """The lowest precision any collective carries (an MLPerf 6.1 disclosure key)."""
-        if precision == "bf16" and (self.dp_shard > 1 or self.tp > 1):
-            # FSDP2 all-gathers bf16 parameters (the mixed-precision policy); TP moves autocast's bf16 activations
+        if precision == "bf16" and (self.dp_shard > 1 or self.tp > 1 or self.cp > 1):
+            # FSDP2 all-gathers bf16 parameters (the mixed-precision policy); TP moves autocast's bf16
+            # activations; CP all-gathers autocast's bf16 keys and values
             return "bfloat16"
         # one process has no collectives; DDP all-reduces the fp32 gradients; FSDP reduce-scatters in fp32
         return "fp32"
 
     def to_dict(self) -> dict:
-        return {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "dp": self.dp, "tp": self.tp,
-                "pp": self.pp, "cp": self.cp, "world_size": self.world_size, "strategy": self.strategy}
+        out = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "dp": self.dp, "tp": self.tp,
+               "pp": self.pp, "cp": self.cp, "world_size": self.world_size, "strategy": self.strategy}
+        if self.cp > 1:
+            out["cp_attention"] = "allgather_kv"  # trainperf.parallel.context.ATTENTION: the path that runs
+        return out

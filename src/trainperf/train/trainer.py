@@ -30,6 +30,7 @@ from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
 from trainperf.model.weights import load_base_weights, save_adapters
 from trainperf.parallel.apply import grad_sync, parallelize, unwrap
+from trainperf.parallel.context import shard_sequence
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 from trainperf.provenance import code_version
@@ -169,7 +170,8 @@ class Trainer:
         private generator, so the run's losses are the same with or without it."""
         gen = torch.Generator().manual_seed(0)
         vocab, micro = self.r.model.vocab_size, self.geometry.micro
-        x = torch.randint(0, vocab, (micro, self.r.model.seq_len), generator=gen).to(self.device)
+        x = shard_sequence(torch.randint(0, vocab, (micro, self.r.model.seq_len), generator=gen), self.dims)
+        x = x.to(self.device)
         with autocast_ctx(self.r, self.device):
             loss = self.model(x, x).mean()
         loss.backward()
@@ -188,9 +190,10 @@ class Trainer:
             g["lr"] = self.lr
         self.clock.start()
         x, y = self.batches.get(step, self.dims.dp_rank, self.dims.dp, pin=self.device.type == "cuda")
+        x, y = shard_sequence(x, self.dims), shard_sequence(y, self.dims)  # a context-parallel rank's chunks
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         # fine-tuning samples score only some targets: each rank's loss is its sum over the global
-        # batch's scored count (times dp, which gradient averaging divides out), so the step's
+        # batch's scored count (times the ranks that average gradients, dp x cp), so the step's
         # gradient is the token mean over the global batch for any layout
         n_scored = self.batches.scored_tokens(step)
         self.clock.lap("data")
@@ -204,7 +207,7 @@ class Trainer:
                     if n_scored is None:
                         loss = losses.mean() / accum
                     else:
-                        loss = losses.sum() * (self.dims.dp / max(1, n_scored))
+                        loss = losses.sum() * (self.dims.grad_ranks / max(1, n_scored))
                 loss.backward()
             total += loss.detach()
         self.clock.lap("fwd_bwd")
@@ -225,6 +228,7 @@ class Trainer:
         loss_sum = torch.zeros(1, dtype=torch.float64)
         for inputs, targets in zip(ev.inputs, ev.targets):
             inputs, targets = pad_windows(inputs, targets, self.r.model.seq_len)
+            inputs, targets = shard_sequence(inputs, self.dims), shard_sequence(targets, self.dims)
             # every rank runs the same number of forwards (sharded models gather weights collectively
             # in each one); a rank past the end repeats the first batch and scores nothing
             for k in range(math.ceil(inputs.shape[0] / (batch * dp))):
@@ -237,7 +241,7 @@ class Trainer:
                 if scored:  # unscored targets (prompts, padding) have loss 0: the sum is over scored ones
                     loss_sum += losses.double().sum().cpu()
         self.model.train()
-        total = float(self.env.all_reduce_sum(loss_sum.to(self.device), group=self.dims.dp_group).cpu())
+        total = float(self.env.all_reduce_sum(loss_sum.to(self.device), group=self.dims.loss_group).cpu())
         return total / ev.target_bytes, total / ev.target_tokens
 
     # ---- the timed run
@@ -287,8 +291,10 @@ class Trainer:
         self.log.end(C.BLOCK_STOP, samples_count=self.samples)
 
     def log_train(self, loss_acc: torch.Tensor, steps: int, seconds: float) -> None:
-        """The mean loss over the last `steps` steps and all data-parallel ranks, and their throughput."""
-        avg = float(self.env.all_reduce_sum(loss_acc.clone(), group=self.dims.dp_group)) / steps / self.dims.dp
+        """The mean loss over the last `steps` steps and all data- and context-parallel ranks, and
+        their throughput."""
+        total = float(self.env.all_reduce_sum(loss_acc.clone(), group=self.dims.loss_group))
+        avg = total / steps / self.dims.grad_ranks
         self.clock.flush()  # the float() above synced the stream
         if not math.isfinite(avg):
             raise TrainError(f"training loss became {avg} at step {self.state.step}; lower train.lr or check the data")
