@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainperf.errors import RunDirError
+from trainperf.mlperf.score import read_log
 
 
 @dataclass
@@ -141,8 +142,6 @@ def _check_rows(rows: list[dict], metrics_path: Path) -> None:
 
 
 def _run_start_ms(log: Path) -> float | None:
-    from trainperf.mlperf.score import read_log
-
     return read_log(log).start_ms if log.is_file() else None
 
 
