@@ -51,26 +51,30 @@ def plot_sweep(points, bench: str, out: str | Path, cost_panel: bool = False) ->
     ax2.set_title(f"{kinds[0]}: where the step time goes")
     ax2.legend(fontsize=8)
     if cost_panel:
-        priced = any(p.cost is not None and p.cost.cost_usd is not None for p in points)
-        for k in kinds:
-            pts = [p for p in points if p.gpu == k and p.estimate is not None and p.cost is not None]
-            if not pts:
-                continue
-            ys = [p.cost.cost_usd if priced else p.cost.gpu_hours for p in pts]
-            ax3.plot([p.estimate.minutes for p in pts], ys, marker="o", label=k)
-            for p, y in zip(pts, ys):
-                ax3.annotate(str(p.n_gpus), (p.estimate.minutes, y), fontsize=7, xytext=(3, 3),
-                             textcoords="offset points")
-        ax3.set_xscale("log")
-        ax3.set_yscale("log")
-        ax3.set_xlabel("predicted time-to-train (min)")
-        ax3.set_ylabel("cost (USD)" if priced else "GPU-hours")
-        ax3.set_title("cost against time (labels: GPUs)")
-        ax3.grid(True, which="both", alpha=0.3)
-        ax3.legend()
+        _cost_panel(ax3, points, kinds)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return out
+
+
+def _cost_panel(ax, points, kinds: list[str]) -> None:
+    """Cost (USD when priced, else GPU-hours) against predicted minutes, one line per GPU kind."""
+    priced = any(p.cost is not None and p.cost.cost_usd is not None for p in points)
+    for k in kinds:
+        pts = [p for p in points if p.gpu == k and p.estimate is not None and p.cost is not None]
+        if not pts:
+            continue
+        ys = [p.cost.cost_usd if priced else p.cost.gpu_hours for p in pts]
+        ax.plot([p.estimate.minutes for p in pts], ys, marker="o", label=k)
+        for p, y in zip(pts, ys):
+            ax.annotate(str(p.n_gpus), (p.estimate.minutes, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted time-to-train (min)")
+    ax.set_ylabel("cost (USD)" if priced else "GPU-hours")
+    ax.set_title("cost against time (labels: GPUs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
