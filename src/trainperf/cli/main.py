@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 from trainperf.cli.score_cmd import run_seeds_and_score, smoke_incomplete
-from trainperf.config import DataConfig, Recipe, list_recipes, load_recipe, validate
+from trainperf.config import DataConfig, Recipe, SubmittedLayout, list_recipes, load_recipe, validate
 from trainperf.errors import EXIT_USAGE, RunError, TrainperfError, UsageError
+from trainperf.layout import format_layout, merge_overrides, parse_layout
 from trainperf.parallel import launch
 
 # Each part's subcommands live in their own module here: `add_parser(sub, common)` registers the
@@ -55,6 +56,15 @@ def _add_run(sub) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="a distributed checkpoint every N steps and at the end (checkpoint.every_steps)")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars into the run directory")
+    p.add_argument("--layout", default=None, metavar="SPEC|NAME",
+                   help="the planner's layout grammar, e.g. tp=4,pp=8,vpp=6,cp=2,dp=64,mbs=1,gbs=512 (as `plan "
+                        "--layout`; dp counts all data-parallel ranks), or the name of one of the recipe's [layouts]")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the layout on --nproc ranks, build the model on the meta device and print per-rank "
+                        "parameters, the planner's memory estimate (--gpu) and the MLPerf keys; starts no process")
+    p.add_argument("--gpu", default=None, metavar="KIND",
+                   help="with --dry-run: GPU kind for the planner's estimate (default: a named layout's)")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
 
 
 def _add_data(sub) -> None:
@@ -88,14 +98,43 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def cmd_run(args) -> int:
+def _load_run_recipe(args) -> tuple[Recipe, SubmittedLayout | None, dict | None]:
+    """The recipe with --set and --layout applied: the layout spec, or the recipe's [layouts] entry
+    named by --layout, turned into recipe keys (trainperf.layout), a key set twice an error."""
     overrides = list(args.overrides)
     if args.checkpoint_every is not None:
         overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
     recipe = load_recipe(args.benchmark, overrides, smoke=args.smoke)
+    if not args.layout:
+        return recipe, None, None
+    named, text = None, args.layout
+    if "=" not in text:
+        named = recipe.layouts.get(text.strip())
+        if named is None:
+            have = ", ".join(recipe.layouts) or "none"
+            raise UsageError(f"--layout {text}: neither key=value pairs nor one of {recipe.benchmark.name}'s "
+                             f"[layouts] (it has: {have})")
+        text = named.layout
+    spec = parse_layout(text)
+    recipe = load_recipe(args.benchmark, merge_overrides(spec, overrides, recipe.parallel.dp_replicate), smoke=args.smoke)
+    return recipe, named, spec
+
+
+def cmd_run(args) -> int:
+    recipe, named, spec = _load_run_recipe(args)
     seed = recipe.train.seed if args.seed is None else args.seed
     if args.max_steps < 0:
         raise UsageError("--max-steps must be >= 0")
+    if args.dry_run:
+        from trainperf.cli.dry_run import check_gpu, dry_run, world_for
+
+        if args.nproc < 0:
+            raise UsageError("--nproc must be >= 0")
+        check_gpu(args.gpu)
+        return dry_run(recipe, world_for(spec, named, args.nproc), args.gpu, named,
+                       format_layout(spec) if spec else None, seed, as_json=args.json)
+    if args.gpu or args.json:
+        raise UsageError("--gpu and --json go with --dry-run")
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
         return run_seeds_and_score(recipe, args, out, seed)
@@ -117,7 +156,7 @@ def _launch(recipe, args, out: Path) -> int:
     from trainperf.parallel.dims import ParallelDims
 
     # a bad mesh or batch split fails here, in one line, not in N workers
-    ParallelDims.from_config(recipe.parallel, max(1, args.nproc)).batch(recipe.train)
+    ParallelDims.for_recipe(recipe, max(1, args.nproc))
     launch.check_devices(max(1, args.nproc), args.device)
     started = time.time()
     rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))

@@ -53,6 +53,8 @@ def add_parser(sub, common) -> None:
                    help="refit the compute efficiency from a trainperf run's summary.json")
     p.add_argument("--plot", metavar="PNG", default=None, help="sweep: write scaling + breakdown figure")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--emit-run", action="store_true",
+                   help="print the `trainperf run` command line for the top layout (and how to start it on many nodes)")
     p.add_argument("--benchmark", dest="only", default=None, help="validate: only this benchmark")
     p.set_defaults(handler=cmd_plan)
 
@@ -119,7 +121,7 @@ def cmd_plan(args) -> int:
         raise UsageError(f"--gpus: expected an integer, got '{args.gpus}'") from None
     if args.top < 1:
         raise UsageError("--top must be >= 1")
-    from trainperf.plan.api import PlanError, make_plan, speedup_factors
+    from trainperf.plan.api import PlanError, make_plan
     from trainperf.plan.search import parse_layout
 
     from trainperf.plan.cost import check
@@ -142,20 +144,72 @@ def cmd_plan(args) -> int:
         raise RunError(str(e)) from None
     except ConfigError:
         raise
+    if args.emit_run and not args.json:
+        print(run_command(plan))
+        return 0
     if args.json:
-        d = plan.to_dict()
-        if note:
-            d["calibration"]["note"] = note
-        if other:
-            d["vs"] = other.to_dict()
-            d["speedup"] = round(other.best.minutes / plan.best.minutes, 4)
-            d["speedup_factors"] = speedup_factors(plan.best, other.best)
-        print(json.dumps(d, indent=1))
+        print(json.dumps(_plan_json(plan, other, note, args.emit_run), indent=1))
         return 0
     print_plan(plan, explain=args.explain, note=note)
     if other:
         print_vs(plan, other)
     return 0
+
+
+def _plan_json(plan, other, note: str | None, emit_run: bool) -> dict:
+    from trainperf.plan.api import speedup_factors
+
+    d = plan.to_dict()
+    if emit_run:
+        d["run_command"] = run_command(plan)
+    if note:
+        d["calibration"]["note"] = note
+    if other:
+        d["vs"] = other.to_dict()
+        d["speedup"] = round(other.best.minutes / plan.best.minutes, 4)
+        d["speedup_factors"] = speedup_factors(plan.best, other.best)
+    return d
+
+
+def gpus_per_node(gpu) -> int:
+    """GPUs one torchrun starts: HGX/DGX boards hold 8; NVL72 racks (an NVLink domain over 8) are
+    built from 4-GPU compute trays."""
+    return 4 if gpu.nvlink_domain > 8 else 8
+
+
+def run_command(plan) -> str:
+    """The `trainperf run` command line for the plan's top layout; beyond one node, comment lines
+    with the Slurm example and the plain torchrun form (one per node), and the dry run that checks it."""
+    import math
+    import shlex
+
+    from trainperf.layout import format_layout
+
+    L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.name
+    spec = {"tp": L.tp, "pp": L.pp, "cp": L.cp, "dp": L.dp, "mbs": L.mbs, "gbs": L.gbs, "recompute": L.recompute}
+    if L.vpp > 1:
+        spec["vpp"] = L.vpp
+    notes = []
+    if L.precision == "fp8" and L.tp == 1:
+        spec["precision"] = "fp8"  # the blocks' linear layers in FP8 (train.fp8_linear)
+    elif L.precision != "bf16":
+        why = ("has no FP4 matmuls" if L.precision == "fp4" else
+               "runs FP8 matmuls (train.fp8_linear) only without tensor parallelism so far")
+        notes.append(f"# the plan priced {L.precision} matmuls; the trainer {why}: this runs the recipe's precision")
+    layout = format_layout(spec)
+    cmd = ["trainperf", "run", bench, "--layout", layout]
+    node = math.gcd(n, gpus_per_node(plan.cluster.gpu))
+    if n <= node:
+        return shlex.join(cmd + ["--nproc", str(n)]) + "".join("\n" + x for x in notes)
+    nodes = n // node
+    lines = [shlex.join(cmd),
+             f"# {n:,} GPUs = {nodes:,} nodes x {node}: one torchrun per node (docs/cluster.md); under Slurm:",
+             f"#   BENCH={bench} GPUS_PER_NODE={node} sbatch --nodes={nodes} --gpus-per-node={node} "
+             f"examples/slurm/train.sbatch --layout {layout}",
+             f"#   or on every node: torchrun --nnodes {nodes} --nproc-per-node {node} --rdzv-backend c10d "
+             f"--rdzv-endpoint HEAD:29500 -m trainperf run {bench} --layout {layout} --out RUN_DIR",
+             f"# check it first: trainperf run {bench} --layout {layout} --dry-run --nproc {n} --gpu {plan.cluster.gpu.key}"]
+    return "\n".join(lines + notes)
 
 
 def _validate(args) -> int:

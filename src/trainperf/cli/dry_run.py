@@ -1,0 +1,245 @@
+"""`trainperf run --dry-run`: what a layout would run, checked and priced without starting a process.
+
+It resolves the layout with the trainer's own check (`ParallelDims.for_recipe`), builds the model on
+the meta device (no memory, no weights), and prints what each rank would hold, the planner's memory
+estimate for that layout on a GPU kind, and the MLPerf keys the run would log. Nothing here touches
+torch.distributed, so any world size (10,752 ranks) checks on a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from trainperf.config import Recipe, SubmittedLayout
+from trainperf.errors import ConfigError
+
+# How trainperf.parallel.apply.apply_tp shards each parameter over the tp ranks: the column-wise
+# projections (and their biases) and the embedding tables / head along dim 0, the row-wise
+# projections along dim 1 (their biases stay whole); norms are replicated (sequence parallel).
+_TP_DIM0 = re.compile(r"(\.(wq|wk|wv|w1|w3)\.(weight|bias)|^(tok_emb|pos_emb|output)\.weight)$")
+_TP_DIM1 = re.compile(r"\.(wo|w2)\.weight$")
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+_FIRST = ("tok_emb.", "pos_emb.")  # on the first pipeline stage
+_LAST = ("norm.", "output.")  # final norm and head on the last
+
+
+@dataclass
+class RankShare:
+    """What one pipeline rank holds (each of its tp x dp_shard x cp peers the same amount)."""
+
+    pp_rank: int
+    layers: list[int]
+    first: bool  # holds the embedding
+    last: bool  # holds the final norm and the head
+    params: int  # elements on one rank, after tp and FSDP sharding
+    trainable: int
+
+
+def stage_layers(n_layer: int, pp: int, vpp: int) -> list[list[int]]:
+    """The layers of each of the pp * vpp stage modules, split as evenly as whole layers allow
+    (the first n_layer % stages get one more); rank r holds stages r, r + pp, r + 2 pp, ..."""
+    stages = pp * vpp
+    base, extra = divmod(n_layer, stages)
+    out, start = [], 0
+    for s in range(stages):
+        n = base + (1 if s < extra else 0)
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+def _local(shape: tuple[int, ...], name: str, tp: int, fsdp: int) -> int:
+    """Elements of one parameter on the busiest rank: its tp shard (DTensor's ceil split), then its
+    FSDP2 shard along dim 0 over `fsdp` ranks."""
+    dims = list(shape) or [1]
+    if tp > 1 and _TP_DIM0.search(name):
+        dims[0] = math.ceil(dims[0] / tp)
+    elif tp > 1 and _TP_DIM1.search(name) and len(dims) > 1:
+        dims[1] = math.ceil(dims[1] / tp)
+    dims[0] = math.ceil(dims[0] / fsdp)
+    return math.prod(dims)
+
+
+def rank_shares(model, dims, vpp: int = 1) -> list[RankShare]:
+    """Per pipeline rank, the parameters one of its ranks holds, from the meta model's named
+    parameters and the layout alone (FSDP2 shards over dp_shard x cp when `dims.fsdp`)."""
+    n_layer = len(model.layers)
+    layers_of = stage_layers(n_layer, dims.pp, vpp)
+    rank_of_layer = {layer: s % dims.pp for s, ls in enumerate(layers_of) for layer in ls}
+    fsdp = dims.dp_shard * dims.cp if dims.fsdp else 1
+    params = [0] * dims.pp
+    trainable = [0] * dims.pp
+    tied = getattr(model.output, "weight", None) is getattr(model.tok_emb, "weight", None)
+    for name, p in model.named_parameters():
+        m = _LAYER.match(name)
+        if m:
+            ranks = [rank_of_layer[int(m.group(1))]]
+        elif name.startswith(_FIRST):
+            # a tied head is the embedding table: the last stage keeps its own copy (Megatron's way)
+            ranks = [0, dims.pp - 1] if tied and name == "tok_emb.weight" and dims.pp > 1 else [0]
+        elif name.startswith(_LAST):
+            ranks = [dims.pp - 1]
+        else:
+            ranks = [0]
+        n = _local(tuple(p.shape), name, dims.tp, fsdp)
+        for r in ranks:
+            params[r] += n
+            trainable[r] += n if p.requires_grad else 0
+    return [RankShare(r, [layer for s in range(r, len(layers_of), dims.pp) for layer in layers_of[s]],
+                      r == 0, r == dims.pp - 1, params[r], trainable[r]) for r in range(dims.pp)]
+
+
+def resolve_vocab(r: Recipe) -> str:
+    """Fill model.vocab_size from the tokenizer when the recipe leaves it 0 (as the trainer does from
+    its prepared data), without preparing any data; returns the tokenizer's name for the log."""
+    d = r.data
+    name = "byte" if d.tokenizer == "byte" else f"bpe{d.bpe_vocab_size}" if d.tokenizer == "bpe" else d.tokenizer
+    if r.model.vocab_size:
+        return name
+    if d.tokenizer == "byte":
+        from trainperf.data.tokenizer import ByteTokenizer
+
+        r.model.vocab_size = ByteTokenizer().vocab_size
+    elif d.tokenizer == "bpe":
+        r.model.vocab_size = d.bpe_vocab_size  # the BPE the run trains has at most this many tokens
+    else:
+        from trainperf.data.tokenizer import load_tokenizer
+
+        r.model.vocab_size = load_tokenizer(d.tokenizer).vocab_size
+    return name
+
+
+def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str) -> dict[str, Any]:
+    """The planner's memory (and time) estimate for this exact layout on `dims.world_size` x `gpu`."""
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import cluster
+    from trainperf.plan.perf import Layout, Model
+    from trainperf.plan.workload import known, load_benchmark
+
+    if r.benchmark.name not in set(known()) | {load_benchmark(k).mlperf for k in known()}:
+        return {"skipped": f"the planner models the MLPerf benchmarks ({', '.join(known())}), not '{r.benchmark.name}'"}
+    b = load_benchmark(r.benchmark.name, model=r.model, gbs=r.train.global_batch_size)
+    model = Model(b, cluster(gpu, dims.world_size), load_calibration(), b.round)
+    lay = Layout(tp=dims.tp, pp=dims.pp, dp=dims.dp, cp=dims.cp, vpp=r.parallel.vpp,
+                 mbs=geometry.micro, gbs=geometry.global_batch, recompute=r.parallel.activation_checkpoint,
+                 precision=precision)
+    mem = model.memory(lay)
+    est = model.estimate(lay)
+    return {"gpu": model.gpu.key, "gpu_name": model.gpu.name, "precision": precision, "round": b.round,
+            "memory_gb": mem.as_gb(), "capacity_gb": round(model.capacity() / 1e9, 2),
+            "fits": mem.total <= model.capacity(), "minutes": round(est.minutes, 3),
+            "step_time_s": round(est.step_time_s, 4)}
+
+
+def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | None, layout_text: str | None,
+            seed: int, as_json: bool = False) -> int:
+    """Check and describe the run `r` would be on `world` processes; 0, or a ConfigError (exit 2)."""
+    import torch
+
+    from trainperf.mlperf.benchmarks import benchmark_hooks
+    from trainperf.model.transformer import Transformer
+    from trainperf.parallel.dims import ParallelDims
+    from trainperf.train.metadata import run_metadata
+
+    dims = ParallelDims.for_recipe(r, world)  # the trainer's whole layout check: one line, exit 2
+    geometry = dims.batch(r.train)
+    tokenizer = resolve_vocab(r)
+    with torch.device("meta"):
+        model = Transformer(r.model)
+    shares = rank_shares(model, dims, r.parallel.vpp)
+    total = sum(p.numel() for p in model.parameters())
+    gpu = gpu or (named.gpu if named else None)
+    precision = (named.precision if named and named.precision else
+                 "fp8" if r.train.fp8_linear else "bf16")
+    est = planner_estimate(r, dims, geometry, gpu, precision) if gpu else None
+    ev = r.eval.eval_samples or r.eval.eval_documents
+    keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
+                        corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)
+    out = {"benchmark": r.benchmark.name, "world_size": dims.world_size, "layout": layout_text,
+           "submitted": None if named is None else {"system": named.system, "source": named.source},
+           "mesh": dict(zip(("pp", "dp_replicate", "dp_shard", "cp", "tp"), dims.mesh_shape)),
+           "strategy": dims.strategy, "pp_schedule": r.parallel.pp_schedule if dims.pp > 1 else None,
+           "vpp": r.parallel.vpp, "batch": {"global": geometry.global_batch, "per_dp_rank": geometry.per_rank,
+                                            "micro": geometry.micro, "accumulation": geometry.accum},
+           "params_total": total, "per_rank": [s.__dict__ for s in shares], "planner": est,
+           "mlperf_keys": dict(keys)}
+    if as_json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        _print(out, shares, r)
+    return 0
+
+
+def _layers(ls: list[int]) -> str:
+    if not ls:
+        return "no layers"
+    runs, start = [], ls[0]
+    for a, b in zip(ls, ls[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return f"{len(ls)} layers ({', '.join(runs)})"
+
+
+def _print(out: dict, shares: list[RankShare], r: Recipe) -> None:
+    m, b = out["mesh"], out["batch"]
+    head = f"dry run: {out['benchmark']} on {out['world_size']:,} processes"
+    print(head + (f", --layout {out['layout']}" if out["layout"] else ", the recipe's [parallel]"))
+    if out["submitted"]:
+        print(f"  as run by {out['submitted']['system']}\n  source: {out['submitted']['source']}")
+    print(f"mesh        pp {m['pp']} x dp_replicate {m['dp_replicate']} x dp_shard {m['dp_shard']} x cp {m['cp']} "
+          f"x tp {m['tp']}  ({out['strategy']}" + (f", {out['pp_schedule']}, vpp {out['vpp']}" if out["pp_schedule"] else "")
+          + ")")
+    print(f"batch       global {b['global']:,} = {b['per_dp_rank']} per data-parallel rank = "
+          f"{b['accumulation']} micro-batches of {b['micro']}")
+    print(f"parameters  {out['params_total']:,} in the model; per rank (after tp, FSDP over dp_shard x cp, pp):")
+    show = shares if len(shares) <= 8 else shares[:3] + shares[-3:]
+    for i, s in enumerate(show):
+        if len(shares) > 8 and i == 3:
+            print(f"  ... {len(shares) - 6} more pipeline ranks")
+        parts = [_layers(s.layers)] + (["embedding"] if s.first else []) + (["norm + head"] if s.last else [])
+        train = "" if s.trainable == s.params else f", {s.trainable:,} trainable"
+        print(f"  pp rank {s.pp_rank:>2}: {s.params:>15,} params{train}  [{', '.join(parts)}]")
+    est = out["planner"]
+    if est is None:
+        print("memory      give --gpu (h100, h200, b200, gb200, ...) for the planner's estimate")
+    elif "skipped" in est:
+        print(f"memory      {est['skipped']}")
+    else:
+        g = est["memory_gb"]
+        verdict = "fits" if est["fits"] else "does NOT fit"
+        print(f"memory      the planner on {out['world_size']:,} x {est['gpu']} ({est['precision']} matmuls, "
+              f"round {est['round']}): {g['total']:.1f} GB of {est['capacity_gb']:.1f} GB per GPU, {verdict}")
+        print(f"            weights {g['weights']:.1f}, grads {g['grads']:.1f}, optimizer {g['optimizer']:.1f}, "
+              f"activations {g['activations']:.1f}, logits {g['logits']:.1f}, reserve {g['reserve']:.1f} GB; "
+              f"predicted {est['minutes']:.2f} min to train ({est['step_time_s']:.3f} s/step)")
+    print("mlperf keys it would log (between init_start and init_stop):")
+    for k, v in out["mlperf_keys"].items():
+        print(f"  {k}: {json.dumps(v, default=str)}")
+
+
+def world_for(spec: dict | None, named: SubmittedLayout | None, nproc: int) -> int:
+    """The world size a dry run checks: --nproc, else the named layout's GPU count, else the
+    product of a full layout (tp*pp*cp*dp), else one process."""
+    if nproc:
+        return nproc
+    if named is not None:
+        return named.gpus
+    if spec and "dp" in spec:
+        return spec.get("tp", 1) * spec.get("pp", 1) * spec.get("cp", 1) * spec["dp"]
+    return 1
+
+
+def check_gpu(gpu: str | None) -> None:
+    if gpu is None:
+        return
+    from trainperf.plan.hardware import get_gpu
+
+    try:
+        get_gpu(gpu)
+    except ConfigError as e:
+        raise ConfigError(f"--gpu: {e}") from None
