@@ -3,7 +3,7 @@
 import pytest
 
 from trainperf.config import ConfigError, load_recipe
-from trainperf.layout import format_layout, merge_overrides, parse_layout, recipe_overrides
+from trainperf.layout import format_layout, merge_overrides, parse_layout, ranks, recipe_overrides
 from trainperf.plan import search
 
 
@@ -13,6 +13,7 @@ def test_one_parser_for_planner_and_trainer():
     assert spec == {"tp": 4, "pp": 8, "vpp": 6, "cp": 2, "dp": 16, "mbs": 1, "gbs": 1024,
                     "recompute": "selective", "precision": "fp8"}
     assert parse_layout(format_layout(spec)) == spec
+    assert ranks(spec) == 4 * 8 * 2 * 16 and ranks({"tp": 4}) is None
 
 
 @pytest.mark.parametrize("text,msg", [("tp=two", "tp must be an integer"), ("tp=0", "tp must be >= 1"),

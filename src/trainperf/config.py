@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import trainperf
 from trainperf.errors import ConfigError
-from trainperf.layout import PRECISIONS, parse_layout
+from trainperf.layout import PRECISIONS, parse_layout, ranks
 from trainperf.rules import rules_for
 
 
@@ -323,8 +323,8 @@ def _layouts(table: Any) -> dict[str, SubmittedLayout]:
         _check(bool(entry.source), f"layouts.{name}.source", "must say where the layout is published")
         _check(entry.precision in ("",) + PRECISIONS, f"layouts.{name}.precision",
                f"must be one of {', '.join(PRECISIONS)}, got {entry.precision!r}")
-        prod = spec.get("tp", 1) * spec.get("pp", 1) * spec.get("cp", 1) * spec.get("dp", 0)
-        _check(prod in (0, entry.gpus), f"layouts.{name}.layout", f"tp*pp*cp*dp = {prod}, not its gpus = {entry.gpus}")
+        n = ranks(spec)
+        _check(n in (None, entry.gpus), f"layouts.{name}.layout", f"tp*pp*cp*dp = {n}, not its gpus = {entry.gpus}")
         out[name] = entry
     return out
 

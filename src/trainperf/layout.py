@@ -63,13 +63,29 @@ def format_layout(spec: dict) -> str:
     return ",".join(f"{k}={spec[k]}" for k in ORDER if k in spec)
 
 
-def recipe_overrides(spec: dict, dp_replicate: int = 1) -> list[str]:
-    """The `section.key=value` overrides a parsed layout stands for (table in the module docstring)."""
+def ranks(spec: dict) -> int | None:
+    """tp*pp*cp*dp, the ranks a layout needs; None when it leaves dp open."""
+    if "dp" not in spec:
+        return None
+    return spec.get("tp", 1) * spec.get("pp", 1) * spec.get("cp", 1) * spec["dp"]
+
+
+def spec_of(lay) -> dict:
+    """The parsed form of a planner layout (anything with the grammar's attributes: tp, pp, vpp, cp,
+    dp, mbs, gbs, recompute, precision); vpp only when the stages are interleaved."""
+    spec = {k: getattr(lay, k) for k in ORDER}
+    if spec["vpp"] == 1:
+        del spec["vpp"]
+    return spec
+
+
+def _pairs(spec: dict, dp_replicate: int) -> list[tuple[str, str]]:
+    """(the layout's `key=value`, the `section.key=value` it sets) in grammar order."""
     out = []
     for k in ORDER:
         if k not in spec:
             continue
-        v = spec[k]
+        v, part = spec[k], f"{k}={spec[k]}"
         if k == "dp":
             if v % dp_replicate:
                 raise ConfigError(f"--layout: dp={v} is not a multiple of parallel.dp_replicate={dp_replicate}")
@@ -77,10 +93,15 @@ def recipe_overrides(spec: dict, dp_replicate: int = 1) -> list[str]:
         if k == "precision":
             if v == "fp4":
                 raise ConfigError("--layout: precision=fp4: the trainer has no FP4 matmuls (bf16 or fp8)")
-            out += ["train.precision=bf16", f"train.fp8_linear={'true' if v == 'fp8' else 'false'}"]
+            out += [(part, "train.precision=bf16"), (part, f"train.fp8_linear={'true' if v == 'fp8' else 'false'}")]
             continue
-        out.append(f"{_TARGET[k]}={v}")
+        out.append((part, f"{_TARGET[k]}={v}"))
     return out
+
+
+def recipe_overrides(spec: dict, dp_replicate: int = 1) -> list[str]:
+    """The `section.key=value` overrides a parsed layout stands for (table in the module docstring)."""
+    return [o for _, o in _pairs(spec, dp_replicate)]
 
 
 def _key(override: str) -> str:
@@ -90,16 +111,16 @@ def _key(override: str) -> str:
 def merge_overrides(spec: dict, user: list[str], dp_replicate: int = 1) -> list[str]:
     """The user's --set overrides followed by the layout's; a recipe key set by both is an error
     naming both. The interleaved schedule that vpp > 1 implies yields to a --set schedule."""
-    mine = recipe_overrides(spec, dp_replicate)
     theirs = {_key(u): u for u in user}
-    for o in mine:
+    mine = []
+    for part, o in _pairs(spec, dp_replicate):
         if _key(o) in theirs:
-            part = next((f"{k}={spec[k]}" for k in ORDER if k in spec and (_TARGET.get(k) == _key(o) or
-                         (k == "precision" and _key(o).startswith("train.")))), o)
             raise ConfigError(f"--layout {part} and --set {theirs[_key(o)]} both set {_key(o)}; give it once")
+        mine.append(o)
     if spec.get("vpp", 1) > 1 and "parallel.pp_schedule" not in theirs:
         mine.append("parallel.pp_schedule=interleaved_1f1b")
     return list(user) + mine
 
 
-__all__ = ["parse_layout", "format_layout", "recipe_overrides", "merge_overrides", "RECOMPUTE", "PRECISIONS"]
+__all__ = ["parse_layout", "format_layout", "recipe_overrides", "merge_overrides", "ranks", "spec_of", "RECOMPUTE",
+           "PRECISIONS"]

@@ -11,7 +11,7 @@ import pytest
 
 from trainperf.config import ConfigError, load_recipe
 from trainperf.errors import PlanError
-from trainperf.layout import merge_overrides
+from trainperf.layout import merge_overrides, spec_of
 from trainperf.parallel.dims import ParallelDims
 from trainperf.plan.api import make_plan
 from trainperf.plan.hardware import gpus
@@ -35,9 +35,8 @@ def test_planners_first_layout_passes_the_trainers_check(bench, gpu, n):
     except PlanError:
         pytest.skip(f"no layout of {bench} fits {n} x {gpu}: nothing to run")
     L = plan.best.layout
-    # the mesh and the batch; the matmul format is not part of the layout check
-    spec = {"tp": L.tp, "pp": L.pp, "vpp": L.vpp, "cp": L.cp, "dp": L.dp, "mbs": L.mbs, "gbs": L.gbs,
-            "recompute": L.recompute}
+    spec = spec_of(L)
+    del spec["precision"]  # the matmul format is not part of the layout check
     try:
         recipe = load_recipe(bench, merge_overrides(spec, []))
     except ConfigError as e:

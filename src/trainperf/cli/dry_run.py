@@ -16,6 +16,7 @@ from typing import Any
 
 from trainperf.config import Recipe, SubmittedLayout
 from trainperf.errors import ConfigError
+from trainperf.layout import ranks
 
 # How trainperf.parallel.apply.apply_tp shards each parameter over the tp ranks: the column-wise
 # projections (and their biases) and the embedding tables / head along dim 0, the row-wise
@@ -229,9 +230,7 @@ def world_for(spec: dict | None, named: SubmittedLayout | None, nproc: int) -> i
         return nproc
     if named is not None:
         return named.gpus
-    if spec and "dp" in spec:
-        return spec.get("tp", 1) * spec.get("pp", 1) * spec.get("cp", 1) * spec["dp"]
-    return 1
+    return (ranks(spec) if spec else None) or 1
 
 
 def check_gpu(gpu: str | None) -> None:

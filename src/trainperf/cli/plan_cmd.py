@@ -183,16 +183,14 @@ def run_command(plan) -> str:
     import math
     import shlex
 
-    from trainperf.layout import format_layout
+    from trainperf.layout import format_layout, spec_of
 
     L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.name
-    spec = {"tp": L.tp, "pp": L.pp, "cp": L.cp, "dp": L.dp, "mbs": L.mbs, "gbs": L.gbs, "recompute": L.recompute}
-    if L.vpp > 1:
-        spec["vpp"] = L.vpp
+    spec = spec_of(L)
     notes = []
-    if L.precision == "fp8" and L.tp == 1:
-        spec["precision"] = "fp8"  # the blocks' linear layers in FP8 (train.fp8_linear)
-    elif L.precision != "bf16":
+    # the trainer has bf16, and FP8 linear layers (train.fp8_linear) without tensor parallelism
+    if not (L.precision == "bf16" or (L.precision == "fp8" and L.tp == 1)):
+        del spec["precision"]
         why = ("has no FP4 matmuls" if L.precision == "fp4" else
                "runs FP8 matmuls (train.fp8_linear) only without tensor parallelism so far")
         notes.append(f"# the plan priced {L.precision} matmuls; the trainer {why}: this runs the recipe's precision")
