@@ -135,6 +135,12 @@ def cmd_run(args) -> int:
                        format_layout(spec) if spec else None, seed, as_json=args.json)
     if args.gpu or args.json:
         raise UsageError("--gpu and --json go with --dry-run")
+    if not launch.under_torchrun():
+        from trainperf.parallel.dims import ParallelDims
+
+        # the trainer's whole layout check: a layout that does not fit this many processes fails
+        # here in one line, before torchrun starts N workers and before a run directory exists
+        ParallelDims.for_recipe(recipe, max(1, args.nproc))
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
         return run_seeds_and_score(recipe, args, out, seed)
@@ -152,11 +158,8 @@ def cmd_run(args) -> int:
 
 
 def _launch(recipe, args, out: Path) -> int:
-    """`run --nproc N` / `--max-restarts R`: start torchrun with this same command line as workers."""
-    from trainperf.parallel.dims import ParallelDims
-
-    # a bad mesh or batch split fails here, in one line, not in N workers
-    ParallelDims.for_recipe(recipe, max(1, args.nproc))
+    """`run --nproc N` / `--max-restarts R`: start torchrun with this same command line as workers
+    (cmd_run has checked the layout for N)."""
     launch.check_devices(max(1, args.nproc), args.device)
     started = time.time()
     rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
