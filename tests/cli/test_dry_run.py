@@ -121,3 +121,10 @@ def test_emit_run_beyond_one_node_says_how_to_start_it(capsys):
     assert "--nproc" not in first and all(x.startswith("#") for x in rest)
     assert "sbatch --nodes=8 --gpus-per-node=8 examples/slurm/train.sbatch --layout" in out
     assert "--dry-run --nproc 64 --gpu h100" in out
+
+
+def test_a_layout_that_does_not_fit_stops_before_the_run_directory(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "tiny", *TINY, "--layout", "tp=2,dp=1", "--out", str(out)]) == 2
+    assert "does not match the 1 processes" in capsys.readouterr().err
+    assert not out.exists()
