@@ -143,7 +143,7 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
 
     from trainperf.mlperf.benchmarks import benchmark_hooks
     from trainperf.model.transformer import Transformer
-    from trainperf.parallel.dims import ParallelDims
+    from trainperf.parallel.dims import MESH_DIMS, ParallelDims
     from trainperf.train.metadata import run_metadata
 
     dims = ParallelDims.for_recipe(r, world)  # the trainer's whole layout check: one line, exit 2
@@ -160,18 +160,21 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     ev = r.eval.eval_samples or r.eval.eval_documents
     keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
                         corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)
+    keys = dict(keys)
+    if not ev:  # the run counts the windows data.eval_bytes gives, which needs the prepared data
+        keys["eval_samples"] = "(counted from data.eval_bytes at run time)"
     out = {"benchmark": r.benchmark.name, "world_size": dims.world_size, "layout": layout_text,
            "submitted": None if named is None else {"system": named.system, "source": named.source},
-           "mesh": dict(zip(("pp", "dp_replicate", "dp_shard", "cp", "tp"), dims.mesh_shape)),
+           "mesh": dict(zip(MESH_DIMS, dims.mesh_shape)),
            "strategy": dims.strategy, "pp_schedule": r.parallel.pp_schedule if dims.pp > 1 else None,
            "vpp": r.parallel.vpp, "batch": {"global": geometry.global_batch, "per_dp_rank": geometry.per_rank,
                                             "micro": geometry.micro, "accumulation": geometry.accum},
            "params_total": total, "per_rank": [s.__dict__ for s in shares], "planner": est,
-           "mlperf_keys": dict(keys)}
+           "mlperf_keys": keys}
     if as_json:
         print(json.dumps(out, indent=1, default=str))
     else:
-        _print(out, shares, r)
+        _print(out, shares)
     return 0
 
 
@@ -186,7 +189,7 @@ def _layers(ls: list[int]) -> str:
     return f"{len(ls)} layers ({', '.join(runs)})"
 
 
-def _print(out: dict, shares: list[RankShare], r: Recipe) -> None:
+def _print(out: dict, shares: list[RankShare]) -> None:
     m, b = out["mesh"], out["batch"]
     head = f"dry run: {out['benchmark']} on {out['world_size']:,} processes"
     print(head + (f", --layout {out['layout']}" if out["layout"] else ", the recipe's [parallel]"))
