@@ -479,7 +479,7 @@ def validate(r: Recipe) -> None:
     _check(p.dp_shard == -1 or p.dp_shard >= 1, "parallel.dp_shard", "must be >= 1 or -1 (the rest)")
     _check(m.n_head % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide model.n_head={m.n_head}")
     _check(m.kv_heads % p.tp == 0, "parallel.tp", f"tp={p.tp} does not divide the {m.kv_heads} kv heads")
-    _check(p.pp == 1, "parallel.pp", "pipeline parallelism is not implemented yet (use 1)")
+    _check(p.pp >= 1, "parallel.pp", "must be >= 1")
     _check(p.vpp >= 1, "parallel.vpp", "must be >= 1")
     _check(p.cp >= 1, "parallel.cp", "must be >= 1")
     _check(m.seq_len % (2 * p.cp) == 0, "parallel.cp",

@@ -14,7 +14,8 @@ What a layout sets in a recipe (`recipe_overrides`):
                  fp8:  train.precision = bf16, train.fp8_linear = true (FP8 matmuls in the blocks)
                  fp4:  refused (the trainer has no FP4 matmuls)
     vpp > 1 also sets parallel.pp_schedule = interleaved_1f1b (the schedule the planner prices for
-    virtual stages) unless --set names the schedule.
+    virtual stages), and fewer micro-batches than pipeline stages sets gpipe (1F1B needs one per
+    stage), unless --set names the schedule.
 """
 
 from __future__ import annotations
@@ -117,9 +118,25 @@ def merge_overrides(spec: dict, user: list[str], dp_replicate: int = 1) -> list[
         if _key(o) in theirs:
             raise ConfigError(f"--layout {part} and --set {theirs[_key(o)]} both set {_key(o)}; give it once")
         mine.append(o)
-    if spec.get("vpp", 1) > 1 and "parallel.pp_schedule" not in theirs:
-        mine.append("parallel.pp_schedule=interleaved_1f1b")
+    if "parallel.pp_schedule" not in theirs:
+        schedule = _schedule(spec)
+        if schedule:
+            mine.append(f"parallel.pp_schedule={schedule}")
     return list(user) + mine
+
+
+def _schedule(spec: dict) -> str | None:
+    """The pipeline schedule a layout implies: interleaved 1F1B for virtual stages; GPipe when the
+    step has fewer micro-batches than stages (1F1B needs at least one per stage, GPipe's bubble is
+    the same there); otherwise the recipe's (1F1B by default)."""
+    pp = spec.get("pp", 1)
+    if pp == 1:
+        return None
+    if spec.get("vpp", 1) > 1:
+        return "interleaved_1f1b"
+    if all(k in spec for k in ("gbs", "dp", "mbs")) and spec["gbs"] // max(1, spec["dp"] * spec["mbs"]) < pp:
+        return "gpipe"
+    return None
 
 
 __all__ = ["parse_layout", "format_layout", "recipe_overrides", "merge_overrides", "ranks", "spec_of", "RECOMPUTE",

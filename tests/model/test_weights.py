@@ -94,3 +94,21 @@ def test_eager_and_meta_builds_share_one_init():
     std = eager.layers["0"].attn.wo.base.weight.std().item()
     assert std < 0.02 / 1.5  # the residual projection is scaled by 1/sqrt(2 n_layer) = 0.5
     assert torch.equal(eager.norm.weight, torch.ones(32))
+
+
+def test_a_pipeline_stage_loads_its_share_of_a_start_checkpoint(tmp_path):
+    """The last of 2 stages takes its layers and, for a tied head, the embedding as its head."""
+    from trainperf.parallel.pipeline import split_stage
+
+    cfg = ModelConfig(n_layer=4, d_model=32, n_head=4, seq_len=16, vocab_size=64)  # tied embeddings
+    torch.manual_seed(0)
+    whole = Transformer(cfg)
+    sd = {k: v.contiguous() for k, v in whole.state_dict().items() if k != "output.weight"}
+    save_file(sd, str(tmp_path / "start.safetensors"))
+    last = split_stage(whole, 1, 2)
+    for p in last.parameters():
+        p.data.zero_()
+    assert sorted(last.layers.keys()) == ["2", "3"] and last.tok_emb is None
+    load_base_weights(last, tmp_path / "start.safetensors")
+    assert torch.equal(last.output.weight, whole.tok_emb.weight)
+    assert torch.equal(last.layers["3"].mlp.w2.weight, whole.layers["3"].mlp.w2.weight)

@@ -63,7 +63,7 @@ def test_comm_precision_is_what_the_collectives_carry():
 
 def test_recipe_rejects_unimplemented_and_bad_values():
     with pytest.raises(ConfigError, match="parallel.pp"):
-        load_recipe("tiny", ["parallel.pp=2"])
+        load_recipe("tiny", ["parallel.pp=0"])
     with pytest.raises(ConfigError, match="parallel.tp"):
         load_recipe("tiny", ["parallel.tp=3"])
     with pytest.raises(ConfigError, match="checkpoint.keep"):
@@ -104,3 +104,31 @@ def test_context_parallel_layout_and_chunks():
     # causal balance: rank r holds chunk r and chunk 2cp-1-r, and together the ranks hold everything once
     assert chunk_positions(8, 2, 0).tolist() == [0, 1, 6, 7] and chunk_positions(8, 2, 1).tolist() == [2, 3, 4, 5]
     assert sorted(sum((chunk_positions(24, 3, r).tolist() for r in range(3)), [])) == list(range(24))
+
+
+@pytest.mark.parametrize("sets, world, msg", [
+    (["model.n_layer=2", "parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=interleaved_1f1b"], 2,
+     "2 layers .* cannot fill pp\\*vpp = 2\\*2 = 4 stages"),
+    (["parallel.pp=2", "parallel.vpp=2"], 2, "runs one stage per rank; vpp=2 needs interleaved"),
+    (["parallel.pp=4", "train.global_batch_size=2", "train.micro_batch_size=2", "model.n_layer=4"], 4,
+     "the 1 micro-batches per step .* cannot fill 4 stages"),
+    (["parallel.pp=2"], 3, "3 processes are not divisible"),
+])
+def test_pipeline_layout_errors_name_the_key(sets, world, msg):
+    r = load_recipe("tiny", sets)
+    with pytest.raises(ConfigError, match=msg):
+        ParallelDims.for_recipe(r, world)
+
+
+def test_1f1b_shrinks_the_micro_batch_to_fill_the_stages():
+    r = load_recipe("tiny", ["parallel.pp=2", "train.global_batch_size=16", "train.micro_batch_size=16"])
+    g = ParallelDims.for_recipe(r, 2).batch(r.train)
+    assert (g.micro, g.accum) == (8, 2)
+
+
+def test_pipeline_stages_balance_the_ends():
+    from trainperf.parallel.dims import stage_layers
+
+    assert [len(s) for s in stage_layers(126, 8)] == [15, 16, 16, 16, 16, 16, 16, 15]  # 405B on pp=8
+    assert [list(s) for s in stage_layers(4, 2)] == [[0, 1], [2, 3]]
+    assert sum(len(s) for s in stage_layers(10, 4)) == 10

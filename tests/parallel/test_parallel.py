@@ -1,4 +1,4 @@
-"""DDP, FSDP2, tensor and context parallel on 2 and 4 CPU processes (gloo) against one process, at the same global batch.
+"""DDP, FSDP2, tensor, context and pipeline parallel on 2 and 4 CPU processes (gloo) against one process, at the same global batch.
 
 One torchrun launch runs every 2-process job (start-up is most of the cost); the single-process
 references run in this process.
@@ -73,19 +73,34 @@ JOBS = {
     "cp": (["parallel.cp=2", "parallel.dp_shard=1"], STEPS),
     "cp_samples": (["data.kind=samples", "parallel.cp=2", "parallel.dp_shard=1"], 3),
     "gpt_cp": (["model.family=gpt", "model.bias=true", "parallel.cp=2", "parallel.dp_shard=1"], 3),
+    # pipeline: 2 stages (4 with vpp=2), 2 micro-batches of 2 per step; the tied embedding and head
+    # live on different stages; checkpoints keyed by the plain model's names
+    "pp": (["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2", "checkpoint.every_steps=2"], STEPS),
+    "pp_gpipe": (["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2", "parallel.pp_schedule=gpipe"], STEPS),
+    "pp_interleaved": (["parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=interleaved_1f1b", "model.n_layer=4",
+                        "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
+    "pp_zero_bubble": (["parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=zero_bubble", "model.n_layer=4",
+                        "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
+    "pp_samples": (["data.kind=samples", "parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], 3),
 }
+# resumed by 2 pipeline stages from the one-process reference's step-2 checkpoint
+RESUMED = {"pp_resumed": (["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS, "single")}
 # 4 processes (one more launch): context parallel composed with FSDP2 and with tensor parallel
 JOBS4 = {
     "cp_fsdp": (["parallel.cp=2", "parallel.dp_shard=2"], STEPS),
     "cp_tp": (["parallel.cp=2", "parallel.tp=2", "parallel.dp_shard=1"], STEPS),
+    "pp_fsdp": (["parallel.pp=2", "train.micro_batch_size=2"], STEPS),
+    "pp_tp": (["parallel.pp=2", "parallel.tp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
 }
 REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single", "cp_samples": "samples_single",
-             "gpt_cp": "gpt_single"}
+             "gpt_cp": "gpt_single", "pp_samples": "samples_single", "pp_interleaved": "single4",
+             "pp_zero_bubble": "single4"}
 
 
 def _launch(root: Path, jobs: dict, nproc: int, cache: Path) -> None:
-    todo = [{"out": str(root / name), "overrides": _base(cache) + extra, "max_steps": steps}
-            for name, (extra, steps) in jobs.items()]
+    todo = [{"out": str(root / name), "overrides": _base(cache) + job[0], "max_steps": job[1],
+             "resume": str(root / job[2] / "checkpoints" / "step_00000002") if len(job) > 2 else None}
+            for name, job in jobs.items()]
     (root / f"jobs{nproc}.json").write_text(json.dumps(todo))
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                         str(HERE / "dist_worker.py"), str(root / f"jobs{nproc}.json")],
@@ -97,22 +112,27 @@ def _launch(root: Path, jobs: dict, nproc: int, cache: Path) -> None:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
     cache = root / "cache"
-    _launch(root, JOBS, 2, cache)
-    _launch(root, JOBS4, 4, cache)
     # single-process references, same recipe and global batch (2 micro-batches of 4 instead of 2 ranks x 4)
-    for name, extra, steps in (("single", [], STEPS), ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
+    for name, extra, steps in (("single", ["checkpoint.every_steps=2"], STEPS),
+                               ("single4", ["model.n_layer=4"], STEPS),
+                               ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
                                ("samples_single", ["data.kind=samples"], 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
+    _launch(root, {**JOBS, **RESUMED}, 2, cache)
+    _launch(root, JOBS4, 4, cache)
     return root
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
-                                  "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp"])
+                                  "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp", "pp", "pp_gpipe",
+                                  "pp_interleaved", "pp_zero_bubble", "pp_samples", "pp_fsdp", "pp_tp"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")
     got_train, got_eval = rows(runs / name, "train"), rows(runs / name, "eval")
     assert sorted(got_train) == list(range(1, {**JOBS, **JOBS4}[name][1] + 1))
+    assert json.loads((runs / name / "summary.json").read_text())["final_eval_loss"] == pytest.approx(
+        json.loads((runs / ref / "summary.json").read_text())["final_eval_loss"], rel=RTOL)
     for step, loss in got_train.items():
         assert loss == pytest.approx(ref_train[step], rel=RTOL), (name, step)
     assert got_eval.keys() == ref_eval.keys()
@@ -132,7 +152,7 @@ def test_fsdp_reduces_gradients_once_per_step(runs, name, accum):
 
 def test_every_layout_evaluates_like_one_process(runs):
     """The eval set ends with a short window; every layout scores it and matches one process."""
-    for name in ("tp", "gpt_tp", "fsdp", "ddp", "cp", "cp_fsdp", "cp_tp"):
+    for name in ("tp", "gpt_tp", "fsdp", "ddp", "cp", "cp_fsdp", "cp_tp", "pp", "pp_fsdp", "pp_tp"):
         ref = rows(runs / ("gpt_single" if name == "gpt_tp" else "single"), "eval")
         got = rows(runs / name, "eval")
         assert got and got.keys() <= ref.keys()
@@ -164,8 +184,25 @@ def test_context_parallel_says_how_it_attends(runs):
     assert summary["layout"]["strategy"] == "fsdp+cp+tp" and summary["layout"]["cp_attention"] == "allgather_kv"
 
 
+def test_pipeline_checkpoints_cross_layouts(runs, tmp_path):
+    """pp=2's step-2 checkpoint resumes in one process, and one process's resumes in pp=2: the next
+    steps match the uninterrupted runs (plain parameter names; the tied head's optimizer state is
+    kept under the embedding's name)."""
+    ckpt = runs / "pp" / "checkpoints" / "step_00000002"
+    assert json.loads((ckpt / "trainperf-checkpoint.json").read_text())["layout"]["strategy"] == "pp"
+    s = train(load_recipe("tiny", _base(runs / "cache")), DistEnv(), RunOptions(out=tmp_path / "one", max_steps=STEPS,
+                                                                                resume=ckpt))
+    assert s.resumed_from_step == 2
+    one, two = rows(tmp_path / "one", "train"), rows(runs / "pp", "train")
+    resumed, single = rows(runs / "pp_resumed", "train"), rows(runs / "single", "train")
+    assert sorted(one) == sorted(resumed) == [3, 4]
+    for step in (3, 4):
+        assert one[step] == pytest.approx(two[step], rel=RTOL)
+        assert resumed[step] == pytest.approx(single[step], rel=RTOL)
+
+
 def test_only_rank0_writes_logs(runs):
-    for name in {**JOBS, **JOBS4}:
+    for name in {**JOBS, **JOBS4, **RESUMED}:
         assert sorted(p.name for p in (runs / name).glob("result_*.txt")) == ["result_0.txt"]
         lines = (runs / name / "result_0.txt").read_text().count("run_start")
         assert lines == 1

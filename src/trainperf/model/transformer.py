@@ -10,6 +10,7 @@ The model knows nothing of parallelism: `trainperf.parallel` wraps it. Attention
 from __future__ import annotations
 
 import math
+import zlib
 
 import torch
 import torch.nn as nn
@@ -173,29 +174,39 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
         """GPT-2 style init: weights N(0, 0.02), the residual projections (attn.wo, mlp.w2) scaled by
-        1/sqrt(2 n_layer), norms 1, biases 0; then the LoRA adapters. Every tensor is drawn whole from
-        one generator (seeded by `seed`, else torch's global one) in module order, and each rank keeps
-        its shard of it, so a model built on any layout starts from the same weights."""
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        if self.cfg.tie_embeddings:
+        1/sqrt(2 n_layer), norms 1, biases 0, LoRA A uniform and B zero. Every tensor is drawn whole
+        and each rank keeps its shard of it. With `seed`, each tensor has its own generator, seeded
+        by `seed` and the parameter's name, so a model built on any layout (a pipeline stage holding
+        some layers included) starts from the same weights; without, torch's global generator draws
+        them in module order."""
+        if self.tok_emb is not None and self.output is not None and self.cfg.tie_embeddings:
             # to_empty gives each module its own new tensor, which unties a shared weight
             self.output.weight = self.tok_emb.weight
         std, out_std = 0.02, 0.02 / math.sqrt(2 * self.cfg.n_layer)
         residual = {id(_base(b.attn.wo)) for b in self.layers.values()} | {id(_base(b.mlp.w2)) for b in self.layers.values()}
-        for module in self.modules():
+        adapters = []
+        for name, module in self.named_modules():
+            gen = lambda leaf: _generator(seed, f"{name}.{leaf}".removeprefix("."))  # noqa: E731
             if isinstance(module, nn.Embedding):
-                _normal_(module.weight, std, gen)
-            elif isinstance(module, nn.Linear) and not (module is self.output and self.cfg.tie_embeddings):
-                _normal_(module.weight, out_std if id(module) in residual else std, gen)
+                _normal_(module.weight, std, gen("weight"))
+            elif isinstance(module, nn.Linear):
+                if module is self.output and self.cfg.tie_embeddings:
+                    if self.tok_emb is not None:
+                        continue  # the embedding, drawn above
+                    # a pipeline's last stage holds the tied head alone: it starts as the embedding
+                    _normal_(module.weight, std, _generator(seed, "tok_emb.weight"))
+                else:
+                    _normal_(module.weight, out_std if id(module) in residual else std, gen("weight"))
             elif isinstance(module, (RMSNorm, nn.LayerNorm)) and module.weight is not None:
                 fill_(module.weight, torch.ones(tuple(module.weight.shape)))
+            elif isinstance(module, LoRALinear):
+                adapters.append((name, module))
             bias = getattr(module, "bias", None)
             if isinstance(bias, torch.Tensor):
                 fill_(bias, torch.zeros(tuple(bias.shape)))
-        for module in self.modules():  # after every base weight: the base is the same with or without LoRA
-            if isinstance(module, LoRALinear):
-                module.init_adapters(gen)
-        self.set_positions(torch.arange(self.cfg.seq_len, device=self.tok_emb.weight.device))
+        for name, module in adapters:  # after every base weight: the base is the same with or without LoRA
+            module.init_adapters(_generator(seed, f"{name}.lora_a"))
+        self.set_positions(torch.arange(self.cfg.seq_len, device=self.positions.device))
 
     def set_positions(self, positions: torch.Tensor) -> None:
         """Which positions the input tokens hold (default 0..T-1); the RoPE table follows them."""
@@ -205,17 +216,30 @@ class Transformer(nn.Module):
             self.rope = full[:, positions.cpu()].to(positions.device)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32."""
-        T = idx.shape[1]
-        x = self.tok_emb(idx)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(self.positions[:T])
+        """Logits (B, T, V), or with targets the per-token cross-entropy losses (B, T) in fp32.
+
+        A pipeline stage holds some of the layers: without the embedding it takes hidden states
+        (B, T, D) instead of tokens, and without the head it returns them."""
+        x = idx
+        if self.tok_emb is not None:
+            x = self.tok_emb(idx)
+            if self.pos_emb is not None:
+                x = x + self.pos_emb(self.positions[:idx.shape[1]])
         for block in self.layers.values():
             x = block(x, self.rope)
+        if self.output is None:
+            return x
         logits = self.output(self.norm(x))
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+
+
+def _generator(seed: int | None, name: str) -> torch.Generator | None:
+    """A generator for one named tensor: (seed, name) -> the same numbers on any layout."""
+    if seed is None:
+        return None
+    return torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
 
 
 def _base(m: nn.Module) -> nn.Module:

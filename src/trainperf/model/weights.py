@@ -86,9 +86,11 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
         if ".lora_" in name:
             continue
         src_name = name.replace(".base.", ".", 1) if name not in sd and ".base." in name else name
-        if src_name not in sd:
-            if tied and name == "output.weight":
+        if src_name not in sd and tied and name == "output.weight":
+            if "tok_emb.weight" in own:
                 continue  # the tied head is the embedding, loaded as tok_emb.weight
+            src_name = "tok_emb.weight"  # a pipeline's last stage: its copy of the tied head starts as the embedding
+        if src_name not in sd:
             if any(k.endswith(("embed_tokens.weight", "wte.weight")) for k in sd):
                 raise CheckpointError(f"{path}: Hugging Face tensor names, no '{src_name}'; point at the folder "
                                       "holding its config.json, or convert it with `trainperf import-hf`")
@@ -112,25 +114,32 @@ def _load_hf(model: nn.Module, path: Path) -> int:
     own = model.state_dict()
     tensors = hf.HFTensors(path, hf_cfg.family)
     loaded: set[str] = set()
+    # a pipeline stage holds some layers: it takes its own tensors and passes over the rest
+    stage = len(model.layers) < cfg.n_layer or model.tok_emb is None or model.output is None
     for key, hf_key, src in hf.iter_converted(tensors, cfg, hf_cfg):
         name = key
+        if name == "tok_emb.weight" and name not in own and cfg.tie_embeddings and "output.weight" in own:
+            name = "output.weight"  # the last stage's copy of the tied head starts as the embedding
         if name not in own:  # a LoRA model holds its frozen base weights under `.base.`
             name = key.removesuffix(".weight").removesuffix(".bias")
             name = f"{name}.base.{key.rsplit('.', 1)[1]}"
+        if name not in own and stage:
+            continue
         if name not in own:
             raise CheckpointError(f"{tensors.file_of(hf_key)}: '{hf_key}' has no place in the model ({key})")
         _copy(tensors.file_of(hf_key), hf_key, src, own[name])
         loaded.add(name)
-    tied = {"output.weight"} if cfg.tie_embeddings else set()
+    tied = {"output.weight"} if cfg.tie_embeddings and "tok_emb.weight" in own else set()
     missing = sorted(n for n in own if ".lora_" not in n and n not in loaded and n not in tied)
     if missing:  # the rules cover every parameter; this catches a model layout they do not know
         raise CheckpointError(f"{path}: the conversion fills no '{missing[0]}'")
     return len(loaded)
 
 
-def save_adapters(model: nn.Module, path: Path) -> Path:
-    """Just the LoRA adapters, written atomically (tmp + rename)."""
-    sd = {k: v.detach().to("cpu").contiguous() for k, v in lora_state_dict(model).items()}
+def save_adapters(model: nn.Module | dict, path: Path) -> Path:
+    """Just the LoRA adapters (of a model, or of its gathered state dict), written atomically."""
+    own = {k: v for k, v in model.items() if ".lora_" in k} if isinstance(model, dict) else lora_state_dict(model)
+    sd = {k: v.detach().to("cpu").contiguous() for k, v in own.items()}
     if not sd:
         raise CheckpointError("the model has no LoRA adapters to save")
     with atomic.atomic_path(path) as tmp:

@@ -118,17 +118,20 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
-    tied = model.output.weight is model.tok_emb.weight
-    plan = {
-        "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "norm": SequenceParallel(),
+    # a pipeline stage holds the embedding, the head, both or neither
+    tied = model.tok_emb is not None and model.output is not None and model.output.weight is model.tok_emb.weight
+    plan = {}
+    if model.tok_emb is not None:
+        plan["tok_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if model.output is not None:
+        plan["norm"] = SequenceParallel()
         # the loss is computed inside the model, so the head hands every rank the full logits
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    }
+        plan["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     if model.pos_emb is not None:
         # positions (T, D) sharded along T line up with the sequence-sharded token embeddings (B, T/tp, D)
         plan["pos_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
-    parallelize_module(model, tp_mesh, plan)
+    if plan:
+        parallelize_module(model, tp_mesh, plan)
     if tied:
         # both sides are Shard(0) over the vocabulary on the same mesh, so one DTensor can serve both
         model.output.weight = model.tok_emb.weight

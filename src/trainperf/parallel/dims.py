@@ -17,6 +17,42 @@ from dataclasses import dataclass, field
 from trainperf.config import ConfigError, ParallelConfig, Recipe, TrainConfig
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+MULTI_STAGE_SCHEDULES = {"interleaved_1f1b", "zero_bubble"}  # pipeline schedules with several stages per rank
+
+
+def stage_layers(n_layer: int, n_stages: int) -> list[range]:
+    """The layers of each pipeline stage: as even as the count allows, and where it does not, the
+    first and the last stage (which also hold the embedding and the head) get one layer fewer."""
+    base, extra = divmod(n_layer, n_stages)
+    # the extra layers go to the middle stages, outwards from the centre
+    order = sorted(range(n_stages), key=lambda s: (abs(s - (n_stages - 1) / 2), s))
+    counts = [base + (1 if s in set(order[:extra]) else 0) for s in range(n_stages)]
+    out, start = [], 0
+    for c in counts:
+        out.append(range(start, start + c))
+        start += c
+    return out
+
+
+def check_pipeline(n_layer: int, pp: int, vpp: int, schedule: str, microbatches: int) -> None:
+    """The pipeline's demands on the model and the batch, as one-line ConfigErrors."""
+    if pp == 1:
+        return
+    stages = pp * vpp
+    if n_layer < stages:
+        raise ConfigError(f"parallel.pp: {n_layer} layers (model.n_layer) cannot fill pp*vpp = {pp}*{vpp} = "
+                          f"{stages} stages")
+    if vpp > 1 and schedule not in MULTI_STAGE_SCHEDULES:
+        raise ConfigError(f"parallel.pp_schedule={schedule!r} runs one stage per rank; vpp={vpp} needs "
+                          f"interleaved_1f1b or zero_bubble")
+    if schedule == "1f1b" and microbatches < pp:
+        raise ConfigError(f"parallel.pp_schedule='1f1b': the {microbatches} micro-batches per step (per-rank "
+                          f"batch / train.micro_batch_size) cannot fill {pp} stages; lower train.micro_batch_size "
+                          f"or use gpipe")
+    rounds = max(1, microbatches // pp)
+    if schedule in MULTI_STAGE_SCHEDULES and microbatches % rounds:
+        raise ConfigError(f"parallel.pp_schedule={schedule!r}: the {microbatches} micro-batches per step must be "
+                          f"a multiple of their {rounds} rounds of pp={pp}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +76,9 @@ class ParallelDims:
     pp: int = 1
     cp: int = 1
     rank: int = 0
+    pp_schedule: str = "1f1b"
     mesh: object = field(default=None, repr=False, compare=False)  # DeviceMesh once `build_mesh` ran
+    tied_group: object = field(default=None, repr=False, compare=False)  # first + last pipeline stage
 
     # ---- construction
 
@@ -63,7 +101,7 @@ class ParallelDims:
             if fixed * shard != world_size:
                 raise ConfigError(f"parallel: dp_replicate*dp_shard*tp*pp*cp = {fixed * shard} does not match the "
                                   f"{world_size} processes (set parallel.dp_shard=-1 to use the rest)")
-        return cls(pcfg.dp_replicate, shard, pcfg.tp, pcfg.pp, pcfg.cp, rank=rank)
+        return cls(pcfg.dp_replicate, shard, pcfg.tp, pcfg.pp, pcfg.cp, rank=rank, pp_schedule=pcfg.pp_schedule)
 
     @classmethod
     def for_recipe(cls, r: Recipe, world_size: int, rank: int = 0) -> "ParallelDims":
@@ -71,7 +109,9 @@ class ParallelDims:
         split, what pipeline and context parallelism need of the model), before any process starts;
         a ConfigError names the key that does not fit."""
         dims = cls.from_config(r.parallel, world_size, rank)
-        dims.batch(r.train)
+        g = dims.batch(r.train)
+        p = r.parallel
+        check_pipeline(r.model.n_layer, p.pp, p.vpp, p.pp_schedule, g.accum)
         return dims
 
     def build_mesh(self, device_type: str) -> None:
@@ -84,8 +124,23 @@ class ParallelDims:
         mesh = init_device_mesh(device_type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
         if self.cp > 1:
             mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-        mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
+        mesh["pp", "dp_replicate", "dp_shard", "cp"]._flatten("loss")
         self.mesh = mesh
+        if self.pp > 1:
+            self.tied_group = self._tied_group()
+
+    def _tied_group(self):
+        """The pair (first pipeline stage, last pipeline stage) of ranks at this rank's other
+        coordinates: where a tied embedding and head meet. Every rank creates every pair, in order."""
+        import torch.distributed as dist
+
+        per = self.world_size // self.pp
+        mine = None
+        for rest in range(per):
+            g = dist.new_group([rest, (self.pp - 1) * per + rest])
+            if self.rank % per == rest:
+                mine = g
+        return mine
 
     # ---- sizes
 
@@ -131,6 +186,8 @@ class ParallelDims:
             parts.append("cp")
         if self.tp > 1:
             parts.append("tp")
+        if self.pp > 1:
+            parts.append("pp")
         return "+".join(parts) or "single"
 
     def coords(self) -> dict[str, int]:
@@ -166,11 +223,16 @@ class ParallelDims:
 
     @property
     def loss_group(self):
-        """The ranks whose losses add up to the global batch's (every data- and context-parallel
-        rank of one tensor/pipeline position); None is the world."""
-        if self.mesh is None or self.grad_ranks == self.world_size:
+        """The ranks whose losses add up to the global batch's: every data- and context-parallel rank
+        and every pipeline stage (only the last holds losses) of one tensor-parallel position; None
+        is the world."""
+        if self.mesh is None or self.grad_ranks * self.pp == self.world_size:
             return None
-        return self.mesh["dp_cp"].get_group()
+        return self.mesh["loss"].get_group()
+
+    @property
+    def pp_group(self):
+        return None if self.mesh is None or self.pp == 1 else self.mesh["pp"].get_group()
 
     def batch(self, t: TrainConfig) -> BatchGeometry:
         """The per-rank batch and micro-batch of `t`, or a ConfigError naming the key that does not fit."""
@@ -179,6 +241,10 @@ class ParallelDims:
                               f"{self.dp} data-parallel ranks")
         per_rank = t.global_batch_size // self.dp
         micro = min(t.micro_batch_size, per_rank)
+        if self.pp > 1 and self.pp_schedule == "1f1b" and per_rank // micro < self.pp <= per_rank:
+            # 1F1B needs a micro-batch per stage: the micro-batch shrinks to the largest that gives
+            # them (the same gradient; the log's micro_batch_size says what ran)
+            micro = max(m for m in range(1, per_rank // self.pp + 1) if per_rank % m == 0)
         if per_rank % micro:
             raise ConfigError(f"train.micro_batch_size={micro} does not divide the {per_rank} sequences per rank")
         return BatchGeometry(t.global_batch_size, per_rank, micro)

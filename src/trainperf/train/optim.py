@@ -37,3 +37,24 @@ def autocast_ctx(r: Recipe, device: torch.device):
     if r.train.precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
+
+
+class Optimizers:
+    """One optimizer per model part (a rank's pipeline stages; one part without a pipeline), stepped
+    together: torch's state-dict API maps an optimizer's state to the names of one module's parameters."""
+
+    def __init__(self, parts: list[torch.nn.Module], r: Recipe, device: torch.device):
+        self.parts = parts
+        self.opts = [build_optimizer(p, r, device) for p in parts]
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for o in self.opts for g in o.param_groups]
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)

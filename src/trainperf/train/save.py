@@ -25,8 +25,9 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return sd
 
 
-def save_final(model: torch.nn.Module, r: Recipe, out: Path, env: DistEnv, data) -> None:
-    sd = full_state_dict(model)
+def save_final(model: torch.nn.Module | dict, r: Recipe, out: Path, env: DistEnv, data) -> None:
+    """The final weights, from a model (gathered here; every rank calls) or its gathered state dict."""
+    sd = dict(model) if isinstance(model, dict) else full_state_dict(model)
     if not env.is_main:
         return
     if r.model.lora_rank > 0:

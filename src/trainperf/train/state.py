@@ -16,6 +16,7 @@ import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
 from trainperf.parallel.apply import unwrap
+from trainperf.train.optim import Optimizers
 
 
 @dataclass
@@ -32,39 +33,62 @@ class TrainState(Stateful):
 
 
 class ModelState(Stateful):
-    def __init__(self, model: torch.nn.Module):
-        self.model = unwrap(model)
+    """The tensors of this rank's model parts (one, or its pipeline stages), by plain parameter name."""
+
+    def __init__(self, parts: list[torch.nn.Module]):
+        self.parts = [unwrap(p) for p in parts]
 
     def state_dict(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(self.model)
+        out: dict[str, Any] = {}
+        for part in self.parts:
+            out.update(get_model_state_dict(part))
+        return out
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-        set_model_state_dict(self.model, sd)
+        for part in self.parts:
+            mine = get_model_state_dict(part).keys()
+            set_model_state_dict(part, {k: sd[k] for k in mine})
+
+
+def _head_alone(part: torch.nn.Module) -> bool:
+    """A pipeline's last stage holding a tied head without the embedding it copies."""
+    return part.cfg.tie_embeddings and part.tok_emb is None and part.output is not None
 
 
 class OptimizerState(Stateful):
     """Only the per-parameter state tensors: DCP would unpickle non-tensor entries on load
-    (weights_only=False), and the param groups' hyperparameters come from the recipe anyway."""
+    (weights_only=False), and the param groups' hyperparameters come from the recipe anyway.
+    A tied head alone on the last pipeline stage keeps its state under the embedding's name, as one
+    process does (the two are one parameter there), so checkpoints load across pipeline layouts."""
 
-    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer):
-        self.model, self.opt = unwrap(model), opt
+    def __init__(self, parts: list[torch.nn.Module], opts: Optimizers):
+        self.parts, self.opts = [unwrap(p) for p in parts], opts.opts
 
     def state_dict(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return {"state": get_optimizer_state_dict(self.model, self.opt)["state"]}
+        state: dict[str, Any] = {}
+        for part, opt in zip(self.parts, self.opts):
+            for k, v in get_optimizer_state_dict(part, opt)["state"].items():
+                state[_saved_name(part, k)] = v
+        return {"state": state}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-        full = get_optimizer_state_dict(self.model, self.opt)  # the live param groups
-        full["state"] = sd["state"]
-        set_optimizer_state_dict(self.model, self.opt, full)
+        for part, opt in zip(self.parts, self.opts):
+            full = get_optimizer_state_dict(part, opt)  # the live param groups
+            full["state"] = {k: sd["state"][_saved_name(part, k)] for k in full["state"]}
+            set_optimizer_state_dict(part, opt, full)
 
 
-def checkpoint_states(model: torch.nn.Module, opt: torch.optim.Optimizer, train: TrainState) -> dict[str, Stateful]:
-    return {"model": ModelState(model), "optim": OptimizerState(model, opt), "train": train}
+def _saved_name(part: torch.nn.Module, name: str) -> str:
+    return "tok_emb.weight" if name == "output.weight" and _head_alone(part) else name
+
+
+def checkpoint_states(parts: list[torch.nn.Module], opts: Optimizers, train: TrainState) -> dict[str, Stateful]:
+    return {"model": ModelState(parts), "optim": OptimizerState(parts, opts), "train": train}

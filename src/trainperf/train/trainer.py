@@ -29,14 +29,16 @@ from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
 from trainperf.model.weights import load_base_weights, save_adapters
-from trainperf.parallel.apply import grad_sync, parallelize, unwrap
+from trainperf.parallel.apply import parallelize, unwrap
 from trainperf.parallel.context import shard_sequence
+from trainperf.parallel.pipeline import split_stage, stage_ids
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 from trainperf.provenance import code_version
 from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.metadata import run_metadata, submission_metadata
-from trainperf.train.optim import autocast_ctx, build_optimizer, lr_at
+from trainperf.train.engine import make_engine
+from trainperf.train.optim import Optimizers, lr_at
 from trainperf.train.peak import device_peak
 from trainperf.train.save import save_final
 from trainperf.train.state import TrainState, checkpoint_states
@@ -93,22 +95,31 @@ def open_data(r: Recipe, env: DistEnv):
     return data
 
 
-def build_model(r: Recipe, dims: ParallelDims, device: torch.device, seed: int) -> torch.nn.Module:
-    """The model on every layout the same way: built on the meta device, sharded and initialised by
-    `parallelize` (seeded, so any layout starts from the same weights), then the start checkpoint
-    read into the shards one tensor at a time."""
+def build_parts(r: Recipe, dims: ParallelDims, device: torch.device, seed: int) -> tuple[list[torch.nn.Module], int]:
+    """This rank's model parts, the same way on every layout: the model built on the meta device,
+    cut into this rank's pipeline stages (the whole model without a pipeline), each sharded and
+    initialised by `parallelize` (seeded per tensor, so any layout starts from the same weights),
+    then the start checkpoint read into the shards one tensor at a time. Also the whole model's
+    parameter count."""
     torch.manual_seed(seed)  # dropout streams
     with torch.device("meta"):
         model = Transformer(r.model)
+    n_params = sum(p.numel() for p in model.parameters())
+    if dims.pp > 1:
+        n_stages = dims.pp * r.parallel.vpp
+        parts = [split_stage(model, s, n_stages) for s in stage_ids(dims, r.parallel.vpp)]
+    else:
+        parts = [model]
     p = r.parallel
-    model = parallelize(model, dims, device, r.train.precision, activation_checkpoint=p.activation_checkpoint,
-                        compile=p.compile, fp8=r.train.fp8_linear, seed=seed)
+    parts = [parallelize(part, dims, device, r.train.precision, activation_checkpoint=p.activation_checkpoint,
+                         compile=p.compile, fp8=r.train.fp8_linear, seed=seed) for part in parts]
     if r.train.init_checkpoint:
         try:
-            load_base_weights(unwrap(model), r.train.init_checkpoint)
+            for part in parts:
+                load_base_weights(unwrap(part), r.train.init_checkpoint)
         except CheckpointError as err:
             raise TrainError(f"train.init_checkpoint: {err}") from None
-    return model
+    return parts, n_params
 
 
 def pad_windows(x: torch.Tensor, y: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,16 +142,16 @@ class Trainer:
         self.geometry = self.dims.batch(r.train)
         self.dims.build_mesh(self.device.type)
         self.data = open_data(r, env)
-        self.model = build_model(r, self.dims, self.device, opts.seed)
-        self.n_params = sum(p.numel() for p in self.model.parameters())  # global sizes, also for shards
-        self.opt = build_optimizer(self.model, r, self.device)
+        self.parts, self.n_params = build_parts(r, self.dims, self.device, opts.seed)
+        self.engine = make_engine(self.parts, r, self.dims, self.device, self.geometry.accum)
+        self.opt = Optimizers(self.parts, r, self.device)
         self.state = TrainState()
-        ckpt.attach(checkpoint_states(self.model, self.opt, self.state), self.dims)
+        ckpt.attach(checkpoint_states(self.parts, self.opt, self.state), self.dims)
         ckpt.load()
         self.batches = train_batches(self.data, r.model.seq_len, r.train.global_batch_size, opts.seed)
         self.ev = eval_set(self.data, r.model.seq_len, r.data.eval_bytes, r.eval.eval_samples, r.eval.eval_documents)
         self.hooks = benchmark_hooks(r)
-        self.fpt = flops_per_token(unwrap(self.model).cfg)
+        self.fpt = flops_per_token(r.model)
         self.peak = device_peak(self.device, r.train.precision)
         self.clock = PhaseClock(self.device)
         self.eval_seconds = 0.0
@@ -169,12 +180,10 @@ class Trainer:
         eval set's shapes. Weights and optimizer state are untouched, and the random tokens come from a
         private generator, so the run's losses are the same with or without it."""
         gen = torch.Generator().manual_seed(0)
-        vocab, micro = self.r.model.vocab_size, self.geometry.micro
-        x = shard_sequence(torch.randint(0, vocab, (micro, self.r.model.seq_len), generator=gen), self.dims)
+        vocab, g = self.r.model.vocab_size, self.geometry
+        x = shard_sequence(torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len), generator=gen), self.dims)
         x = x.to(self.device)
-        with autocast_ctx(self.r, self.device):
-            loss = self.model(x, x).mean()
-        loss.backward()
+        self.engine.forward_backward(x, x, None, g.accum)
         self.opt.zero_grad(set_to_none=True)
         fake = [torch.randint(0, vocab, t.shape, generator=gen) for t in self.ev.inputs]
         self.evaluate(EvalSet(fake, fake, self.ev.target_bytes, self.ev.target_tokens, self.ev.samples))
@@ -184,7 +193,7 @@ class Trainer:
     def train_step(self) -> torch.Tensor:
         """One optimizer step over the global batch: this rank's share in micro-batches, gradients
         reduced once (after the last micro-batch), clipped, stepped. Returns the step's loss on the device."""
-        r, step, accum, micro = self.r, self.state.step, self.geometry.accum, self.geometry.micro
+        r, step, accum = self.r, self.state.step, self.geometry.accum
         self.lr = lr_at(step + r.train.init_checkpoint_step, r)  # a start checkpoint continues its schedule
         for g in self.opt.param_groups:
             g["lr"] = self.lr
@@ -197,22 +206,10 @@ class Trainer:
         # gradient is the token mean over the global batch for any layout
         n_scored = self.batches.scored_tokens(step)
         self.clock.lap("data")
-        total = torch.zeros((), device=self.device)
-        for m in range(accum):
-            xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
-            # one context around forward and backward (DDP's no_sync cannot be entered twice)
-            with grad_sync(self.model, enabled=m == accum - 1):
-                with autocast_ctx(r, self.device):
-                    losses = self.model(xs, ys)
-                    if n_scored is None:
-                        loss = losses.mean() / accum
-                    else:
-                        loss = losses.sum() * (self.dims.grad_ranks / max(1, n_scored))
-                loss.backward()
-            total += loss.detach()
+        total = self.engine.forward_backward(x, y, n_scored, accum)
         self.clock.lap("fwd_bwd")
         if r.train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), r.train.grad_clip)
+            self.engine.clip_grad_norm(r.train.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.clock.lap("optimizer")
@@ -223,7 +220,8 @@ class Trainer:
     def evaluate(self, ev: EvalSet | None = None) -> tuple[float, float]:
         """(nats per byte, mean token loss) over the fixed eval set; data-parallel ranks split the windows."""
         ev = ev or self.ev
-        self.model.eval()
+        for part in self.parts:
+            part.eval()
         batch, dp_rank, dp = self.geometry.micro, self.dims.dp_rank, self.dims.dp
         loss_sum = torch.zeros(1, dtype=torch.float64)
         for inputs, targets in zip(ev.inputs, ev.targets):
@@ -236,11 +234,11 @@ class Trainer:
                 scored = i < inputs.shape[0]
                 i = i if scored else 0
                 x, y = inputs[i:i + batch].to(self.device), targets[i:i + batch].to(self.device)
-                with autocast_ctx(self.r, self.device):
-                    losses = self.model(x, y)
-                if scored:  # unscored targets (prompts, padding) have loss 0: the sum is over scored ones
+                losses = self.engine.eval_losses(x, y)  # None on ranks that hold no head
+                if scored and losses is not None:  # unscored targets (prompts, padding) have loss 0: the sum is over scored ones
                     loss_sum += losses.double().sum().cpu()
-        self.model.train()
+        for part in self.parts:
+            part.train()
         total = float(self.env.all_reduce_sum(loss_sum.to(self.device), group=self.dims.loss_group).cpu())
         return total / ev.target_bytes, total / ev.target_tokens
 
@@ -334,9 +332,10 @@ class Trainer:
         summary.checkpoints = self.ckpt.summary_fields()["checkpoints"]
         summary.time_breakdown_s["checkpoint"] = round(self.ckpt.seconds, 3)
         t0 = time.perf_counter()
-        save_final(self.model, self.r, self.opts.out, self.env, self.data)
+        sd = self.engine.full_state_dict(self.env.is_main)
+        save_final(sd, self.r, self.opts.out, self.env, self.data)
         if self.r.model.lora_rank > 0 and self.env.is_main:
-            save_adapters(unwrap(self.model), self.opts.out / "adapters.safetensors")
+            save_adapters(sd, self.opts.out / "adapters.safetensors")
         summary.time_breakdown_s["save"] = round(time.perf_counter() - t0, 3)
         if self.env.is_main:
             if self.r.benchmark.rules == self.r.benchmark.name:

@@ -1,0 +1,115 @@
+"""How one rank's share of the model runs a step: in place (one module, micro-batches with the
+gradient-sync switch) or as pipeline stages (torch.distributed.pipelining's schedule). The trainer
+calls the same four methods on either, so it never branches on the layout."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from trainperf.config import Recipe
+from trainperf.parallel.apply import grad_sync, unwrap
+from trainperf.parallel.dims import ParallelDims
+from trainperf.parallel.pipeline import Pipeline, loss_fn_for, stage_ids
+from trainperf.train.optim import autocast_ctx
+
+
+class LocalEngine:
+    """The whole model on this rank (data, tensor and context parallel layouts)."""
+
+    def __init__(self, model: nn.Module, r: Recipe, dims: ParallelDims, device: torch.device):
+        self.parts, self.r, self.dims, self.device = [model], r, dims, device
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
+        """Forward and backward of this rank's batch in `accum` micro-batches, gradients reduced
+        once, after the last; the loss summed over the micro-batches (on the device)."""
+        model, micro = self.parts[0], x.shape[0] // accum
+        total = torch.zeros((), device=self.device)
+        for m in range(accum):
+            xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
+            # one context around forward and backward (DDP's no_sync cannot be entered twice)
+            with grad_sync(model, enabled=m == accum - 1):
+                with autocast_ctx(self.r, self.device):
+                    losses = model(xs, ys)
+                    if n_scored is None:
+                        loss = losses.mean() / accum
+                    else:
+                        loss = losses.sum() * (self.dims.grad_ranks / max(1, n_scored))
+                loss.backward()
+            total += loss.detach()
+        return total
+
+    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+        with autocast_ctx(self.r, self.device):
+            return self.parts[0](x, y)
+
+    def clip_grad_norm(self, max_norm: float) -> None:
+        torch.nn.utils.clip_grad_norm_(self.parts[0].parameters(), max_norm)
+
+    def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor]:
+        """The whole model's tensors on the main rank (every rank takes part in the gathers)."""
+        return _gathered(self.parts[0])
+
+
+class PipelineEngine:
+    """This rank's pipeline stages (each possibly FSDP/TP-sharded) and their schedule."""
+
+    def __init__(self, parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
+        self.parts, self.r, self.dims, self.device = parts, r, dims, device
+        self._scored: dict = {}
+        loss_fn = loss_fn_for(accum, self._scored, dims.grad_ranks)
+        self.pipe = Pipeline(parts, stage_ids(dims, r.parallel.vpp), dims, r.parallel.pp_schedule, accum, device,
+                             _autocast_loss(loss_fn, r, device))
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
+        self._scored["n"] = n_scored
+        with autocast_ctx(self.r, self.device):
+            total = self.pipe.step(x, y)
+        self.pipe.sync_tied_grads()
+        return total
+
+    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+        return self.pipe.forward_losses(x, y, lambda: autocast_ctx(self.r, self.device))
+
+    def clip_grad_norm(self, max_norm: float) -> None:
+        self.pipe.clip_grad_norm(max_norm)
+
+    def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor]:
+        """Every stage's tensors, gathered to the main rank over the pipeline group of its column."""
+        sd: dict[str, torch.Tensor] = {}
+        for part in self.parts:  # every rank keeps the gathered tensors: a stage's holder may not be rank 0
+            sd.update({k: v.cpu() for k, v in _gathered(part, cpu_offload=False).items()})
+        per = self.dims.world_size // self.dims.pp
+        if self.dims.rank % per != 0:
+            return {}  # another column of the mesh: rank 0's column carries the whole model
+        ranks = [p * per for p in range(self.dims.pp)]
+        got: list = [None] * len(ranks) if is_main else None
+        # the ranks of one training job, unpickled only by it: this is not a file from elsewhere
+        dist.gather_object(sd, got, dst=0, group=self.dims.pp_group)  # rank 0's column's pipeline group
+        if not is_main:
+            return {}
+        out: dict[str, torch.Tensor] = {}
+        for d in got:
+            out.update(d)
+        return out
+
+
+def _autocast_loss(loss_fn, r: Recipe, device: torch.device):
+    def wrapped(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        with autocast_ctx(r, device):
+            return loss_fn(logits, target)
+    return wrapped
+
+
+def _gathered(model: nn.Module, cpu_offload: bool = True) -> dict[str, torch.Tensor]:
+    """The whole tensors of a (sharded) module; with cpu_offload only rank 0 keeps them."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(unwrap(model), options=StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload))
+
+
+def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
+    if dims.pp == 1:
+        return LocalEngine(parts[0], r, dims, device)
+    return PipelineEngine(parts, r, dims, device, accum)
