@@ -4,7 +4,8 @@ from safetensors.torch import save_file
 
 from trainperf.config import ModelConfig
 from trainperf.model.transformer import Transformer, merged_state_dict
-from trainperf.model.weights import CheckpointError, load_adapters, load_base_weights, save_adapters
+from trainperf.errors import WeightsError
+from trainperf.model.weights import load_adapters, load_base_weights, save_adapters
 
 
 def _cfg(**kw):
@@ -38,13 +39,13 @@ def test_base_checkpoint_into_lora_model_and_adapters_on_their_own(tmp_path):
 
 def test_checkpoint_errors(tmp_path):
     m = Transformer(_cfg())
-    with pytest.raises(CheckpointError, match="not found"):
+    with pytest.raises(WeightsError, match="not found"):
         load_base_weights(m, tmp_path / "missing.safetensors")
     save_file({k: v.contiguous() for k, v in Transformer(_cfg(d_model=64)).state_dict().items()},
               str(tmp_path / "wide.safetensors"))
-    with pytest.raises(CheckpointError, match="shape"):
+    with pytest.raises(WeightsError, match="shape"):
         load_base_weights(m, tmp_path / "wide.safetensors")
-    with pytest.raises(CheckpointError, match="no LoRA adapters"):
+    with pytest.raises(WeightsError, match="no LoRA adapters"):
         save_adapters(m, tmp_path / "a.safetensors")
 
 

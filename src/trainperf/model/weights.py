@@ -19,7 +19,8 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from trainperf import atomic
-from trainperf.errors import WeightsError as CheckpointError  # noqa: F401  (raised here, imported by callers)
+from trainperf.errors import WeightsError
+from trainperf.model import hf
 from trainperf.model.init import fill_
 from trainperf.model.transformer import lora_state_dict
 
@@ -33,7 +34,7 @@ class _LazyFile:
         try:
             self._f = safe_open(str(path), framework="pt")
         except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+            raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
         self._keys = set(self._f.keys())
 
     def __contains__(self, key: str) -> bool:
@@ -56,13 +57,13 @@ def _read(path: Path) -> _LazyFile:
     if path.is_dir():
         path = path / "model.safetensors"
     if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
+        raise WeightsError(f"{path}: checkpoint not found")
     return _LazyFile(path)
 
 
 def _copy(path: Path, src_name: str, src: torch.Tensor, dest: torch.Tensor) -> None:
     if tuple(src.shape) != tuple(dest.shape):
-        raise CheckpointError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
+        raise WeightsError(f"{path}: '{src_name}' has shape {tuple(src.shape)}, the model {tuple(dest.shape)}")
     fill_(dest, src)
 
 
@@ -74,8 +75,6 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
     `path` is a trainperf-named .safetensors file, a run dir holding model.safetensors, or a Hugging
     Face LlamaForCausalLM / GPT2LMHeadModel folder, converted tensor by tensor as it loads."""
     path = Path(path)
-    from trainperf.model import hf
-
     if path.is_dir() and hf.is_hf_dir(path):
         return _load_hf(model, path)
     sd = _read(path)
@@ -92,9 +91,9 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
             src_name = "tok_emb.weight"  # a pipeline's last stage: its copy of the tied head starts as the embedding
         if src_name not in sd:
             if any(k.endswith(("embed_tokens.weight", "wte.weight")) for k in sd):
-                raise CheckpointError(f"{path}: Hugging Face tensor names, no '{src_name}'; point at the folder "
+                raise WeightsError(f"{path}: Hugging Face tensor names, no '{src_name}'; point at the folder "
                                       "holding its config.json, or convert it with `trainperf import-hf`")
-            raise CheckpointError(f"{path}: no tensor '{src_name}' (the checkpoint does not match model.*)")
+            raise WeightsError(f"{path}: no tensor '{src_name}' (the checkpoint does not match model.*)")
         _copy(path, src_name, sd[src_name], dest)
         loaded += 1
     return loaded
@@ -102,11 +101,9 @@ def load_base_weights(model: nn.Module, path: str | Path) -> int:
 
 def _load_hf(model: nn.Module, path: Path) -> int:
     """An HF checkpoint folder into `model`, one tensor at a time (a 70B model is never held twice)."""
-    from trainperf.model import hf
-
     cfg = getattr(model, "cfg", None)
     if cfg is None:
-        raise CheckpointError(f"{path}: a Hugging Face checkpoint loads only into a trainperf Transformer")
+        raise WeightsError(f"{path}: a Hugging Face checkpoint loads only into a trainperf Transformer")
     hf_cfg, notes = hf.read_hf_config(path)
     hf.check_matches(hf_cfg, cfg, path)
     for note in notes:
@@ -126,13 +123,13 @@ def _load_hf(model: nn.Module, path: Path) -> int:
         if name not in own and stage:
             continue
         if name not in own:
-            raise CheckpointError(f"{tensors.file_of(hf_key)}: '{hf_key}' has no place in the model ({key})")
+            raise WeightsError(f"{tensors.file_of(hf_key)}: '{hf_key}' has no place in the model ({key})")
         _copy(tensors.file_of(hf_key), hf_key, src, own[name])
         loaded.add(name)
     tied = {"output.weight"} if cfg.tie_embeddings and "tok_emb.weight" in own else set()
     missing = sorted(n for n in own if ".lora_" not in n and n not in loaded and n not in tied)
     if missing:  # the rules cover every parameter; this catches a model layout they do not know
-        raise CheckpointError(f"{path}: the conversion fills no '{missing[0]}'")
+        raise WeightsError(f"{path}: the conversion fills no '{missing[0]}'")
     return len(loaded)
 
 
@@ -141,7 +138,7 @@ def save_adapters(model: nn.Module | dict, path: Path) -> Path:
     own = {k: v for k, v in model.items() if ".lora_" in k} if isinstance(model, dict) else lora_state_dict(model)
     sd = {k: v.detach().to("cpu").contiguous() for k, v in own.items()}
     if not sd:
-        raise CheckpointError("the model has no LoRA adapters to save")
+        raise WeightsError("the model has no LoRA adapters to save")
     with atomic.atomic_path(path) as tmp:
         save_file(sd, str(tmp), metadata={"format": "pt", "content": "lora_adapters"})
     return path
@@ -157,10 +154,10 @@ def load_adapters(model: nn.Module, path: str | Path) -> int:
     own = lora_state_dict(model)
     if set(sd) != set(own):
         missing, extra = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
-        raise CheckpointError(f"{path}: adapters do not match the model (missing {missing[:2]}, extra {extra[:2]})")
+        raise WeightsError(f"{path}: adapters do not match the model (missing {missing[:2]}, extra {extra[:2]})")
     params = dict(model.named_parameters())
     for k, v in sd.items():
         if tuple(v.shape) != tuple(own[k].shape):
-            raise CheckpointError(f"{path}: '{k}' has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
+            raise WeightsError(f"{path}: '{k}' has shape {tuple(v.shape)}, the model {tuple(own[k].shape)}")
         params[k].copy_(v.to(params[k].dtype))
     return len(sd)

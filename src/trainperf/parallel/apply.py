@@ -14,6 +14,7 @@ import functools
 import torch
 import torch.nn as nn
 
+from trainperf.errors import ConfigError
 from trainperf.parallel.context import apply_cp
 from trainperf.parallel.dims import ParallelDims
 
@@ -84,7 +85,7 @@ def apply_float8(model: nn.Module) -> None:
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError:
-        raise NotImplementedError("train.fp8_linear needs torchao: pip install torchao") from None
+        raise ConfigError("train.fp8_linear: needs torchao (pip install torchao)") from None
 
     def wanted(module: nn.Module, fqn: str) -> bool:
         return (isinstance(module, nn.Linear) and fqn.startswith("layers.")

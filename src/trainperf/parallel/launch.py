@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainperf.errors import ConfigError
+
 _LAUNCH_ONLY = {"--nproc": True, "--max-restarts": True}  # option -> takes a value
 
 
@@ -31,8 +33,6 @@ def check_devices(nproc: int, device: str) -> None:
     if device == "cpu":
         return
     import torch
-
-    from trainperf.config import ConfigError
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device == "cuda" and n == 0:

@@ -23,7 +23,7 @@ import torch
 from trainperf.config import Recipe
 from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
 from trainperf.data.samples import IGNORE
-from trainperf.errors import CheckpointError, TrainError
+from trainperf.errors import TrainError, WeightsError
 from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
@@ -117,7 +117,7 @@ def build_parts(r: Recipe, dims: ParallelDims, device: torch.device, seed: int) 
         try:
             for part in parts:
                 load_base_weights(unwrap(part), r.train.init_checkpoint)
-        except CheckpointError as err:
+        except WeightsError as err:
             raise TrainError(f"train.init_checkpoint: {err}") from None
     return parts, n_params
 
