@@ -40,19 +40,6 @@ class RankShare:
     trainable: int
 
 
-def stage_layers(n_layer: int, pp: int, vpp: int) -> list[list[int]]:
-    """The layers of each of the pp * vpp stage modules, split as evenly as whole layers allow
-    (the first n_layer % stages get one more); rank r holds stages r, r + pp, r + 2 pp, ..."""
-    stages = pp * vpp
-    base, extra = divmod(n_layer, stages)
-    out, start = [], 0
-    for s in range(stages):
-        n = base + (1 if s < extra else 0)
-        out.append(list(range(start, start + n)))
-        start += n
-    return out
-
-
 def _local(shape: tuple[int, ...], name: str, tp: int, fsdp: int) -> int:
     """Elements of one parameter on the busiest rank: its tp shard (DTensor's ceil split), then its
     FSDP2 shard along dim 0 over `fsdp` ranks."""
@@ -68,8 +55,10 @@ def _local(shape: tuple[int, ...], name: str, tp: int, fsdp: int) -> int:
 def rank_shares(model, dims, vpp: int = 1) -> list[RankShare]:
     """Per pipeline rank, the parameters one of its ranks holds, from the meta model's named
     parameters and the layout alone (FSDP2 shards over dp_shard x cp when `dims.fsdp`)."""
-    n_layer = len(model.layers)
-    layers_of = stage_layers(n_layer, dims.pp, vpp)
+    from trainperf.parallel.dims import stage_layers
+
+    # the trainer's split (pp * vpp stages; rank r holds stages r, r + pp, ...), as in parallel.pipeline
+    layers_of = [list(s) for s in stage_layers(len(model.layers), dims.pp * vpp)]
     rank_of_layer = {layer: s % dims.pp for s, ls in enumerate(layers_of) for layer in ls}
     fsdp = dims.dp_shard * dims.cp if dims.fsdp else 1
     params = [0] * dims.pp
