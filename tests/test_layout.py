@@ -75,3 +75,9 @@ def test_bad_layouts_table_names_the_key(tmp_path):
         p.write_text(text + "\n" + extra)
         with pytest.raises(ConfigError, match=msg):
             load_recipe(str(p))
+
+
+def test_fewer_micro_batches_than_stages_take_gpipe():
+    # 1F1B needs a micro-batch per stage: 64 / (8 x 2) = 4 micro-batches on pp 8
+    assert "parallel.pp_schedule=gpipe" in merge_overrides(parse_layout("pp=8,dp=8,mbs=2,gbs=64"), [])
+    assert not any("pp_schedule" in o for o in merge_overrides(parse_layout("pp=2,dp=8,mbs=2,gbs=64"), []))

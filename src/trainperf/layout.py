@@ -130,10 +130,10 @@ def _schedule(spec: dict) -> str | None:
     step has fewer micro-batches than stages (1F1B needs at least one per stage, GPipe's bubble is
     the same there); otherwise the recipe's (1F1B by default)."""
     pp = spec.get("pp", 1)
-    if pp == 1:
-        return None
     if spec.get("vpp", 1) > 1:
         return "interleaved_1f1b"
+    if pp == 1:
+        return None
     if all(k in spec for k in ("gbs", "dp", "mbs")) and spec["gbs"] // max(1, spec["dp"] * spec["mbs"]) < pp:
         return "gpipe"
     return None

@@ -3,9 +3,8 @@ to 16,384 GPUs (powers of two, and the record systems' 5,120 and 10,752), is one
 the layout applied to the recipe the way `run --layout` applies it (trainperf.layout), then the
 trainer's whole layout check, `ParallelDims.for_recipe`, on that many ranks.
 
-Two refusals of config validation are known gaps of the trainer, marked xfail (not strict) so each
-case turns into a real check the moment validation accepts it: pipeline parallelism (pp > 1) until
-it lands, and tensor parallelism with LoRA adapters."""
+One refusal of config validation is a known gap of the trainer, marked xfail (not strict) so each
+case turns into a real check the moment validation accepts it: tensor parallelism with LoRA adapters."""
 
 import pytest
 
@@ -21,7 +20,6 @@ COUNTS = tuple(2**k for k in range(3, 15)) + (5120, 10752)
 GPUS = tuple(gpus())
 
 KNOWN_GAPS = {
-    "parallel.pp: pipeline parallelism is not implemented yet": "pp > 1 refused until pipeline parallelism lands",
     "tensor parallelism with LoRA adapters is not supported": "tp > 1 with LoRA adapters refused by the trainer",
 }
 

@@ -184,6 +184,12 @@ def test_context_parallel_says_how_it_attends(runs):
     assert summary["layout"]["strategy"] == "fsdp+cp+tp" and summary["layout"]["cp_attention"] == "allgather_kv"
 
 
+def test_pipeline_logs_its_schedule(runs):
+    log = (runs / "pp_interleaved" / "result_0.txt").read_text()
+    assert '"key": "pipeline_parallelism", "value": 2' in log and '"key": "virtual_pipeline_parallelism", "value": 2' in log
+    assert '"key": "pipeline_schedule", "value": "interleaved_1f1b"' in log
+
+
 def test_pipeline_checkpoints_cross_layouts(runs, tmp_path):
     """pp=2's step-2 checkpoint resumes in one process, and one process's resumes in pp=2: the next
     steps match the uninterrupted runs (plain parameter names; the tied head's optimizer state is

@@ -67,6 +67,8 @@ def run_metadata(r: Recipe, hooks: BenchmarkHooks, dims: ParallelDims, geometry:
         (C.TENSOR_PARALLELISM, dims.tp),
         (C.PIPELINE_PARALLELISM, dims.pp),
         (C.CONTEXT_PARALLELISM, dims.cp),
+        *([("pipeline_schedule", r.parallel.pp_schedule), ("virtual_pipeline_parallelism", r.parallel.vpp)]
+          if dims.pp > 1 else []),
         (C.EXPERT_PARALLELISM, 1),
         (C.MICRO_BATCH_SIZE, geometry.micro),
         (C.CONFIG_FILENAME, Path(r.source).name or "recipe.toml"),
