@@ -60,11 +60,11 @@ class PipelineEngine:
         self._scored: dict = {}
         loss_fn = loss_fn_for(accum, self._scored, dims.grad_ranks)
         self.pipe = Pipeline(parts, stage_ids(dims, r.parallel.vpp), dims, r.parallel.pp_schedule, accum, device,
-                             _autocast_loss(loss_fn, r, device))
+                             loss_fn)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
         self._scored["n"] = n_scored
-        with autocast_ctx(self.r, self.device):
+        with autocast_ctx(self.r, self.device):  # the schedule runs forward and the loss inside it
             total = self.pipe.step(x, y)
         self.pipe.sync_tied_grads()
         return total
@@ -93,13 +93,6 @@ class PipelineEngine:
         for d in got:
             out.update(d)
         return out
-
-
-def _autocast_loss(loss_fn, r: Recipe, device: torch.device):
-    def wrapped(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        with autocast_ctx(r, device):
-            return loss_fn(logits, target)
-    return wrapped
 
 
 def _gathered(model: nn.Module, cpu_offload: bool = True) -> dict[str, torch.Tensor]:
