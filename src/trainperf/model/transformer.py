@@ -232,7 +232,12 @@ class Transformer(nn.Module):
         logits = self.output(self.norm(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+        return token_losses(logits, targets)
+
+
+def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy (B, T) in fp32; targets of -100 (unscored) give 0."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
 
 
 def _generator(seed: int | None, name: str) -> torch.Generator | None:

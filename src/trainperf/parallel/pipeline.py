@@ -16,7 +16,6 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from trainperf.model.init import fill_
 from trainperf.parallel.dims import MULTI_STAGE_SCHEDULES as _MULTI
@@ -81,23 +80,23 @@ class Pipeline:
         hidden = None
         # hidden states between stages: (B, T, D), sequence-sharded (T / tp) under tensor parallelism
         shape = (x.shape[0], x.shape[1] // self.dims.tp, self.parts[0].cfg.d_model)
+        me, pp = self.dims.coords()["pp"], self.dims.pp
         for s in range(self.n_stages):
-            owner = s % self.dims.pp
-            mine = self.dims.coords()["pp"] == owner
-            prev = (s - 1) % self.dims.pp
-            if s > 0 and mine and prev != owner:
+            owner, prev, nxt = s % pp, (s - 1) % pp, (s + 1) % pp
+            if owner != me:
+                continue
+            if s > 0 and prev != owner:
                 hidden = torch.empty(shape, dtype=torch.float32, device=self.device)
                 dist.recv(hidden, src=self.pp_ranks[prev])
-            if mine:
-                part = self.parts[self.ids.index(s)]
-                with autocast():
-                    out = part(x if s == 0 else hidden)
-                if s == self.n_stages - 1:
-                    return F.cross_entropy(out.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-                hidden = out.float()
-                nxt = (s + 1) % self.dims.pp
-                if nxt != owner:
-                    dist.send(hidden.contiguous(), dst=self.pp_ranks[nxt])
+            part = self.parts[self.ids.index(s)]
+            last = s == self.n_stages - 1
+            with autocast():
+                out = part(x if s == 0 else hidden, y if last else None)
+            if last:
+                return out  # the head's per-token losses
+            hidden = out.float()
+            if nxt != owner:
+                dist.send(hidden.contiguous(), dst=self.pp_ranks[nxt])
         return None
 
     def sync_tied_grads(self) -> None:
@@ -126,9 +125,8 @@ class Pipeline:
     def clip_grad_norm(self, max_norm: float) -> None:
         """Clip by the norm of the whole model's gradient: each rank's stages, summed over the
         pipeline; the tied head (a copy of the embedding) is counted once."""
-        params = [p for part in self.parts for n, p in part.named_parameters()
-                  if p.grad is not None and not (n == "output.weight" and part.cfg.tie_embeddings)]
-        grads = [p.grad for p in params]
+        grads = [p.grad for part in self.parts for n, p in part.named_parameters()
+                 if p.grad is not None and not (n == "output.weight" and part.cfg.tie_embeddings)]
         norm = torch.nn.utils.get_total_norm(grads, foreach=True) if grads else torch.zeros((), device=self.device)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
@@ -142,16 +140,4 @@ class Pipeline:
                         p.grad.mul_(coef)
 
 
-def loss_fn_for(accum: int, scored: dict, grad_ranks: int):
-    """The pipeline's loss of one micro-batch: the token mean over the step's batch (the mean of
-    each micro-batch divided by their count), or for fine-tuning samples the sum over the global
-    batch's scored count (`scored["n"]`, set before each step)."""
-    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        losses = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), reduction="none")
-        if scored.get("n") is None:
-            return losses.mean() / accum
-        return losses.sum() * (grad_ranks / max(1, scored["n"]))
-    return loss_fn
-
-
-__all__ = ["Pipeline", "SCHEDULES", "loss_fn_for", "split_stage", "stage_ids"]
+__all__ = ["Pipeline", "SCHEDULES", "split_stage", "stage_ids"]

@@ -11,8 +11,19 @@ import torch.nn as nn
 from trainperf.config import Recipe
 from trainperf.parallel.apply import grad_sync, unwrap
 from trainperf.parallel.dims import ParallelDims
-from trainperf.parallel.pipeline import Pipeline, loss_fn_for, stage_ids
+from trainperf.model.transformer import token_losses
+from trainperf.parallel.pipeline import Pipeline, stage_ids
 from trainperf.train.optim import autocast_ctx
+
+
+def micro_batch_loss(losses: torch.Tensor, accum: int, n_scored: int | None, grad_ranks: int) -> torch.Tensor:
+    """One micro-batch's share of the step's loss, so that the gradient is the global batch's token
+    mean on any layout: the micro-batch mean over the `accum` micro-batches, or, for fine-tuning
+    samples that score only some targets, the sum over the global batch's scored count times the
+    `grad_ranks` that average gradients (dp x cp), which their averaging divides out."""
+    if n_scored is None:
+        return losses.mean() / accum
+    return losses.sum() * (grad_ranks / max(1, n_scored))
 
 
 class LocalEngine:
@@ -31,11 +42,7 @@ class LocalEngine:
             # one context around forward and backward (DDP's no_sync cannot be entered twice)
             with grad_sync(model, enabled=m == accum - 1):
                 with autocast_ctx(self.r, self.device):
-                    losses = model(xs, ys)
-                    if n_scored is None:
-                        loss = losses.mean() / accum
-                    else:
-                        loss = losses.sum() * (self.dims.grad_ranks / max(1, n_scored))
+                    loss = micro_batch_loss(model(xs, ys), accum, n_scored, self.dims.grad_ranks)
                 loss.backward()
             total += loss.detach()
         return total
@@ -58,7 +65,11 @@ class PipelineEngine:
     def __init__(self, parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
         self.parts, self.r, self.dims, self.device = parts, r, dims, device
         self._scored: dict = {}
-        loss_fn = loss_fn_for(accum, self._scored, dims.grad_ranks)
+
+        def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            # the schedule hands the last stage's logits; n_scored is the step's, set before it runs
+            return micro_batch_loss(token_losses(logits, target), accum, self._scored["n"], dims.grad_ranks)
+
         self.pipe = Pipeline(parts, stage_ids(dims, r.parallel.vpp), dims, r.parallel.pp_schedule, accum, device,
                              loss_fn)
 
@@ -83,8 +94,7 @@ class PipelineEngine:
         per = self.dims.world_size // self.dims.pp
         if self.dims.rank % per != 0:
             return {}  # another column of the mesh: rank 0's column carries the whole model
-        ranks = [p * per for p in range(self.dims.pp)]
-        got: list = [None] * len(ranks) if is_main else None
+        got: list = [None] * self.dims.pp if is_main else None
         # the ranks of one training job, unpickled only by it: this is not a file from elsewhere
         dist.gather_object(sd, got, dst=0, group=self.dims.pp_group)  # rank 0's column's pipeline group
         if not is_main:

@@ -201,9 +201,6 @@ class Trainer:
         x, y = self.batches.get(step, self.dims.dp_rank, self.dims.dp, pin=self.device.type == "cuda")
         x, y = shard_sequence(x, self.dims), shard_sequence(y, self.dims)  # a context-parallel rank's chunks
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        # fine-tuning samples score only some targets: each rank's loss is its sum over the global
-        # batch's scored count (times the ranks that average gradients, dp x cp), so the step's
-        # gradient is the token mean over the global batch for any layout
         n_scored = self.batches.scored_tokens(step)
         self.clock.lap("data")
         total = self.engine.forward_backward(x, y, n_scored, accum)
