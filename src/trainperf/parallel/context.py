@@ -20,8 +20,6 @@ import torch.nn.functional as F
 
 from trainperf.parallel.dims import ParallelDims
 
-ATTENTION = "allgather_kv"  # what runs, for the log and the summary
-
 
 def chunk_positions(seq_len: int, cp: int, cp_rank: int) -> torch.Tensor:
     """The global positions rank `cp_rank` holds: chunks cp_rank and 2*cp-1-cp_rank, in order."""

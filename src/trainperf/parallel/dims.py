@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from trainperf.config import ConfigError, ParallelConfig, Recipe, TrainConfig
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+CP_ATTENTION = "allgather_kv"  # how context-parallel attention runs (parallel/context.py), for the log
 MULTI_STAGE_SCHEDULES = {"interleaved_1f1b", "zero_bubble"}  # pipeline schedules with several stages per rank
 
 
@@ -262,5 +263,5 @@ class ParallelDims:
         out = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "dp": self.dp, "tp": self.tp,
                "pp": self.pp, "cp": self.cp, "world_size": self.world_size, "strategy": self.strategy}
         if self.cp > 1:
-            out["cp_attention"] = "allgather_kv"  # trainperf.parallel.context.ATTENTION: the path that runs
+            out["cp_attention"] = CP_ATTENTION
         return out
