@@ -32,7 +32,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from trainperf import atomic
 from trainperf.config import Recipe
-from trainperf.errors import CheckpointError
+from trainperf.mlperf.score import read_log
+from trainperf.errors import CheckpointError, ScoreError
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 
@@ -302,7 +303,11 @@ class Checkpointer:
         result logs set aside in `attempts/`; None for a run that never restarted."""
         starts = []
         for log in sorted((self.out / "attempts").glob(f"*/result_{self.seed}.txt")):
-            starts += _run_starts(log)
+            try:
+                starts.append(read_log(log).start_ms)  # the scorer's reading of a result log
+            except ScoreError:
+                continue  # unreadable: that attempt's start is unknown
+        starts = [t for t in starts if t is not None]
         return min(starts) / 1000.0 if starts else None
 
     def summary_fields(self) -> dict:
@@ -321,25 +326,6 @@ def _first_error(e: BaseException) -> str:
     text = str(e).strip()
     line = text.splitlines()[0][:160] if text else ""
     return f"{type(e).__name__}: {line}" if line else type(e).__name__
-
-
-def _run_starts(log: Path) -> list[float]:
-    """The time_ms of every run_start in an MLPerf result log (a killed attempt's last line may be cut)."""
-    out = []
-    try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        if '"run_start"' not in line or not line.startswith(":::MLLOG "):
-            continue
-        try:
-            rec = json.loads(line[len(":::MLLOG "):])
-        except ValueError:
-            continue
-        if rec.get("key") == "run_start" and isinstance(rec.get("time_ms"), (int, float)):
-            out.append(float(rec["time_ms"]))
-    return out
 
 
 def _last_step(metrics: Path) -> int:
