@@ -214,7 +214,7 @@ def restart_info(run: RunLog) -> tuple[int, float | None]:
     return n, (run.stop_ms - min(starts + [run.start_ms or run.stop_ms])) / 60000.0
 
 
-def rules_for(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
+def checker_rules(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
     """(ruleset, custom YAML or None) for a benchmark: the package's rules for the official ones,
     the run's own compliance.yaml or trainperf's YAML for ours."""
     if benchmark in OFFICIAL:
@@ -412,7 +412,7 @@ def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
     benchmark = names.pop()
     ruleset = ""
     for r in runs:
-        ruleset, config = rules_for(benchmark, r.path.parent)
+        ruleset, config = checker_rules(benchmark, r.path.parent)
         r.check = check_log(r.path, ruleset, config)
     required = required_runs(benchmark, runs[0].path.parent)
     good = [r for r in runs if r.ok]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainperf.mlperf.check import check_log
-from trainperf.mlperf.score import ScoreError, olympic_score, read_log, required_runs, rules_for
+from trainperf.mlperf.score import ScoreError, checker_rules, olympic_score, read_log, required_runs
 from trainperf.report.rundir import RunData
 
 
@@ -35,7 +35,7 @@ def compliance(run: RunData) -> Verdict:
     if not logs:
         return Verdict("n/a", "no result_*.txt in the run directory")
     try:
-        ruleset, config = rules_for(_log_benchmark(run), run.path)
+        ruleset, config = checker_rules(_log_benchmark(run), run.path)
     except ScoreError as e:
         return Verdict("n/a", str(e))
     for log in logs:
