@@ -1,4 +1,5 @@
-"""DDP, FSDP2, tensor, context and pipeline parallel on 2 and 4 CPU processes (gloo) against one process, at the same global batch.
+"""DDP, FSDP2, tensor, context and pipeline parallel on 2 and 4 CPU processes (gloo) against one process, at the same global batch,
+pre-training and LoRA fine-tuning (tp, pp, tp x cp; the adapters exported and checkpointed by name).
 
 One torchrun launch runs every 2-process job (start-up is most of the cost); the single-process
 references run in this process.
@@ -56,6 +57,9 @@ def rows(out: Path, kind: str) -> dict[int, float]:
     return {r["step"]: r[key] for r in recs if r["kind"] == kind}
 
 
+# fine-tuning samples with LoRA adapters (the base frozen) on attention and MLP projections
+LORA = ["data.kind=samples", "model.lora_rank=4", "model.lora_targets=wq,wv,wo,w1,w2,w3"]
+
 JOBS = {
     # name: (extra overrides, steps)
     "ddp": (["parallel.dp_replicate=2", "parallel.dp_shard=1", "parallel.activation_checkpoint=full"], STEPS),
@@ -81,20 +85,31 @@ JOBS = {
                         "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
     "pp_zero_bubble": (["parallel.pp=2", "parallel.vpp=2", "parallel.pp_schedule=zero_bubble", "model.n_layer=4",
                         "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
-    "pp_samples": (["data.kind=samples", "parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], 3),
+    # LoRA fine-tuning (adapters on attention and MLP, column- and row-wise under tp): tensor
+    # parallel, and pipeline stages holding the adapters of their own layers
+    "lora_tp": (LORA + ["parallel.tp=2", "parallel.dp_shard=1", "checkpoint.every_steps=2"], 3),
+    "pp_lora": (LORA + ["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], 3),
 }
 # resumed by 2 pipeline stages from the one-process reference's step-2 checkpoint
-RESUMED = {"pp_resumed": (["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS, "single")}
+# resumed by 2 pipeline stages from the one-process reference's step-2 checkpoint, and by tensor
+# parallel from the 2-stage pipeline's (run earlier in the same launch)
+RESUMED = {"pp_resumed": (["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS, "single"),
+           "tp_from_pp": (["parallel.tp=2", "parallel.dp_shard=1"], STEPS, "pp")}
 # 4 processes (one more launch): context parallel composed with FSDP2 and with tensor parallel
 JOBS4 = {
+    # 2 stages, each replicated by DDP, blocks recomputed in backward
+    "pp_ddp": (["parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=1", "train.micro_batch_size=2",
+                "parallel.activation_checkpoint=full"], STEPS),
+    # the LoRA record layout's shape (tp x cp, FSDP2 over cp) on fine-tuning samples
+    "lora_cp_tp": (LORA + ["parallel.cp=2", "parallel.tp=2", "parallel.dp_shard=1"], 3),
     "cp_fsdp": (["parallel.cp=2", "parallel.dp_shard=2"], STEPS),
     "cp_tp": (["parallel.cp=2", "parallel.tp=2", "parallel.dp_shard=1"], STEPS),
     "pp_fsdp": (["parallel.pp=2", "train.micro_batch_size=2"], STEPS),
     "pp_tp": (["parallel.pp=2", "parallel.tp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
 }
 REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single", "cp_samples": "samples_single",
-             "gpt_cp": "gpt_single", "pp_samples": "samples_single", "pp_interleaved": "single4",
-             "pp_zero_bubble": "single4"}
+             "gpt_cp": "gpt_single", "pp_interleaved": "single4", "pp_zero_bubble": "single4",
+             "lora_tp": "lora_single", "pp_lora": "lora_single", "lora_cp_tp": "lora_single"}
 
 
 def _launch(root: Path, jobs: dict, nproc: int, cache: Path) -> None:
@@ -116,7 +131,8 @@ def runs(tmp_path_factory):
     for name, extra, steps in (("single", ["checkpoint.every_steps=2"], STEPS),
                                ("single4", ["model.n_layer=4"], STEPS),
                                ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
-                               ("samples_single", ["data.kind=samples"], 3)):
+                               ("samples_single", ["data.kind=samples"], 3),
+                               ("lora_single", LORA + ["checkpoint.every_steps=2"], 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
     _launch(root, {**JOBS, **RESUMED}, 2, cache)
     _launch(root, JOBS4, 4, cache)
@@ -125,7 +141,8 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
                                   "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp", "pp", "pp_gpipe",
-                                  "pp_interleaved", "pp_zero_bubble", "pp_samples", "pp_fsdp", "pp_tp"])
+                                  "pp_interleaved", "pp_zero_bubble", "pp_fsdp", "pp_tp", "pp_ddp", "lora_tp",
+                                  "pp_lora", "lora_cp_tp"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")
@@ -152,7 +169,7 @@ def test_fsdp_reduces_gradients_once_per_step(runs, name, accum):
 
 def test_every_layout_evaluates_like_one_process(runs):
     """The eval set ends with a short window; every layout scores it and matches one process."""
-    for name in ("tp", "gpt_tp", "fsdp", "ddp", "cp", "cp_fsdp", "cp_tp", "pp", "pp_fsdp", "pp_tp"):
+    for name in ("tp", "gpt_tp", "fsdp", "ddp", "cp", "cp_fsdp", "cp_tp", "pp", "pp_fsdp", "pp_tp", "pp_ddp"):
         ref = rows(runs / ("gpt_single" if name == "gpt_tp" else "single"), "eval")
         got = rows(runs / name, "eval")
         assert got and got.keys() <= ref.keys()
@@ -205,6 +222,46 @@ def test_pipeline_checkpoints_cross_layouts(runs, tmp_path):
     for step in (3, 4):
         assert one[step] == pytest.approx(two[step], rel=RTOL)
         assert resumed[step] == pytest.approx(single[step], rel=RTOL)
+
+
+def test_pipeline_checkpoint_loads_into_tensor_parallel(runs):
+    """pp=2's step-2 checkpoint resumed by tp=2 (each stage's plain names, now sharded by columns
+    and rows): steps 3 and 4 match the pipeline's own and one process's."""
+    resumed, pp, single = rows(runs / "tp_from_pp", "train"), rows(runs / "pp", "train"), rows(runs / "single", "train")
+    assert sorted(resumed) == [3, 4]
+    assert json.loads((runs / "tp_from_pp" / "summary.json").read_text())["resumed_from_step"] == 2
+    for step in (3, 4):
+        assert resumed[step] == pytest.approx(pp[step], rel=RTOL)
+        assert resumed[step] == pytest.approx(single[step], rel=RTOL)
+
+
+@pytest.mark.parametrize("name", ["lora_tp", "pp_lora", "lora_cp_tp"])
+def test_lora_layouts_export_the_same_adapters(runs, name):
+    """The adapters saved after 3 steps, gathered from tp shards / pipeline stages by name, are one
+    process's: the same names, the same values to 1e-4 (measured: ~5e-6 on values up to ~0.13; a
+    step moves an element by up to lr = 3e-3, so a wrong gradient shows), and only adapters."""
+    from safetensors.torch import load_file
+
+    got, ref = load_file(runs / name / "adapters.safetensors"), load_file(runs / "lora_single" / "adapters.safetensors")
+    assert sorted(got) == sorted(ref) and all(".lora_" in k for k in got)
+    for k, v in ref.items():
+        assert torch.allclose(got[k], v, rtol=0, atol=1e-4), (name, k, float((got[k] - v).abs().max()))
+    assert any(float(v.abs().max()) > 1e-3 for k, v in got.items() if k.endswith("lora_b"))  # B left zero
+
+
+def test_lora_tensor_parallel_checkpoint_loads_into_one_process(runs, tmp_path):
+    """tp=2's LoRA checkpoint (sharded adapters and their AdamW state, frozen base) resumes in one
+    process: step 3 is the tp run's, and the frozen norms stayed frozen under tp (unchanged weights)."""
+    ckpt = runs / "lora_tp" / "checkpoints" / "step_00000002"
+    s = train(load_recipe("tiny", _base(runs / "cache") + LORA), DistEnv(),
+              RunOptions(out=tmp_path / "one", max_steps=3, resume=ckpt))
+    assert s.resumed_from_step == 2
+    assert rows(tmp_path / "one", "train")[3] == pytest.approx(rows(runs / "lora_tp", "train")[3], rel=RTOL)
+    from safetensors.torch import load_file
+
+    final = load_file(runs / "lora_tp" / "model.safetensors")
+    norms = [k for k in final if k.endswith("norm.weight")]
+    assert norms and all(torch.equal(final[k], torch.ones_like(final[k])) for k in norms)
 
 
 def test_only_rank0_writes_logs(runs):

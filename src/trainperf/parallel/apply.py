@@ -47,8 +47,10 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
     if dims.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        # every rank drew the same weights: DDP's start-up broadcast only confirms them
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # every rank drew the same weights: DDP's start-up broadcast only confirms them. Its group is
+        # the replicas of this rank's model (one pipeline stage's peers), not the world
+        group = dims.mesh["dp_replicate"].get_group() if dims.mesh is not None else None
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
     return model
 
 
@@ -119,6 +121,10 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
+    LoRAColwiseParallel, LoRARowwiseParallel = _lora_styles()
+    # SequenceParallel re-registers the norms' weights as new Parameters that require grad: a frozen
+    # norm (every base weight under LoRA) would train under tp alone
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
     # a pipeline stage holds the embedding, the head, both or neither
     tied = model.tok_emb is not None and model.output is not None and model.output.weight is model.tok_emb.weight
     plan = {}
@@ -140,18 +146,71 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
         bplan = {
             "attn_norm": SequenceParallel(),
             "attn": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-            "attn.wq": ColwiseParallel(),
-            "attn.wk": ColwiseParallel(),
-            "attn.wv": ColwiseParallel(),
-            "attn.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "attn.wq": LoRAColwiseParallel(),
+            "attn.wk": LoRAColwiseParallel(),
+            "attn.wv": LoRAColwiseParallel(),
+            "attn.wo": LoRARowwiseParallel(output_layouts=Shard(1)),
             "mlp_norm": SequenceParallel(),
             "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.w1": ColwiseParallel(),
-            "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp.w1": LoRAColwiseParallel(),
+            "mlp.w2": LoRARowwiseParallel(output_layouts=Shard(1)),
         }
         if getattr(block.mlp, "gated", False):
-            bplan["mlp.w3"] = ColwiseParallel()
+            bplan["mlp.w3"] = LoRAColwiseParallel()
         parallelize_module(block, tp_mesh, bplan)
+    for name, p in model.named_parameters():
+        if name in frozen:
+            p.requires_grad_(False)
+
+
+@functools.cache
+def _lora_styles():
+    """Column- and row-wise tensor-parallel styles that also take a LoRALinear (a frozen base linear
+    plus adapters A: rank x in, B: out x rank), and behave as torch's own on a plain nn.Linear.
+
+    Column-wise (y's features split): the base weight and B are split by output rows, A is whole on
+    every rank (the input is replicated, so each rank computes the same A x, rank wide), and the
+    rank's B shard gives its columns of the update. Row-wise (x's features split): the base weight
+    and A are split by input columns, so A x is a partial sum like the base's W x; B is whole, and
+    the sum of both partials is reduced once by the style's output (all-reduce or reduce-scatter).
+    The adapters keep their names, so checkpoints and the exported adapters are the plain model's."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from trainperf.model.transformer import LoRALinear
+
+    def partition(placements: dict[str, object]):
+        def fn(name: str, module: nn.Module, mesh) -> None:
+            if not isinstance(module, LoRALinear):
+                return  # the base and the dropout inside it: handled with their parent
+            for fqn, param in list(module.named_parameters()):
+                owner, _, leaf = fqn.rpartition(".")
+                holder = module.get_submodule(owner) if owner else module
+                dt = distribute_tensor(param, mesh, [placements[fqn]], src_data_rank=None)
+                holder.register_parameter(leaf, nn.Parameter(dt, requires_grad=param.requires_grad))
+        return fn
+
+    def wrap(self, module: nn.Module, mesh, placements: dict[str, object]) -> nn.Module:
+        return distribute_module(module, mesh, partition(placements),
+                                 functools.partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                                 functools.partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
+
+    class LoRAColwise(ColwiseParallel):
+        def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+            if not isinstance(module, LoRALinear):
+                return super()._apply(module, device_mesh)
+            return wrap(self, module, device_mesh, {"base.weight": Shard(0), "base.bias": Shard(0),
+                                                    "lora_a": Replicate(), "lora_b": Shard(0)})
+
+    class LoRARowwise(RowwiseParallel):
+        def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+            if not isinstance(module, LoRALinear):
+                return super()._apply(module, device_mesh)
+            self.desired_input_layouts = (Shard(-1),)
+            return wrap(self, module, device_mesh, {"base.weight": Shard(1), "base.bias": Replicate(),
+                                                    "lora_a": Shard(1), "lora_b": Replicate()})
+
+    return LoRAColwise, LoRARowwise
 
 
 def _sac_policy():

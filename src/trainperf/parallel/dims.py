@@ -162,8 +162,11 @@ class ParallelDims:
         """Parameters are sharded over the data-parallel (and context-parallel) ranks: FSDP2 / HSDP.
         With TP, FSDP2 also replaces DDP for plain replication, because DDP cannot hold DTensor
         parameters; with CP, the cp ranks hold the same weights and average their gradients like
-        data-parallel peers, so FSDP2 shards over dp_shard x cp (as torchtitan does)."""
-        return self.dp_shard > 1 or self.cp > 1 or (self.dp > 1 and self.tp > 1)
+        data-parallel peers, so FSDP2 shards over dp_shard x cp (as torchtitan does). Under a
+        pipeline too: DDP's reducer cannot follow the schedule's backward per micro-batch (measured on
+        torch 2.13: its first-iteration bucket rebuild counts each parameter once per micro-batch and
+        stops the second step), while FSDP2 is told which backward is the last."""
+        return self.dp_shard > 1 or self.cp > 1 or (self.dp > 1 and (self.tp > 1 or self.pp > 1))
 
     @property
     def grad_ranks(self) -> int:

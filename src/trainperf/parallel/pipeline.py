@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from trainperf.model.init import fill_
+from trainperf.parallel.apply import unwrap
 from trainperf.parallel.dims import MULTI_STAGE_SCHEDULES as _MULTI
 from trainperf.parallel.dims import ParallelDims, stage_layers
 
@@ -54,6 +55,7 @@ class Pipeline:
         from torch.distributed import pipelining
 
         self.parts, self.ids, self.dims, self.device = parts, ids, dims, device
+        self.models = [unwrap(p) for p in parts]  # the stages' own modules, for their names and attributes
         self.n_stages = dims.pp * len(parts)
         group = dims.pp_group
         self.stages = [pipelining.PipelineStage(p, s, self.n_stages, device, group=group) for p, s in zip(parts, ids)]
@@ -79,7 +81,7 @@ class Pipeline:
         stage's ranks, None elsewhere. Every rank of the pipeline takes part."""
         hidden = None
         # hidden states between stages: (B, T, D), sequence-sharded (T / tp) under tensor parallelism
-        shape = (x.shape[0], x.shape[1] // self.dims.tp, self.parts[0].cfg.d_model)
+        shape = (x.shape[0], x.shape[1] // self.dims.tp, self.models[0].cfg.d_model)
         me, pp = self.dims.coords()["pp"], self.dims.pp
         for s in range(self.n_stages):
             owner, prev, nxt = s % pp, (s - 1) % pp, (s + 1) % pp
@@ -102,15 +104,15 @@ class Pipeline:
     def sync_tied_grads(self) -> None:
         """Sum the gradients of the tied embedding (first stage) and head (last stage), so both copies
         take the same optimizer step and stay equal."""
-        if not self.parts[0].cfg.tie_embeddings:
+        if not self.models[0].cfg.tie_embeddings:
             return
         grads = []
         if self.first:
-            grads.append(self.parts[self.ids.index(0)].tok_emb.weight.grad)
+            grads.append(self.models[self.ids.index(0)].tok_emb.weight.grad)
         if self.last:
-            grads.append(self.parts[self.ids.index(self.n_stages - 1)].output.weight.grad)
+            grads.append(self.models[self.ids.index(self.n_stages - 1)].output.weight.grad)
         group = self.dims.tied_group
-        if group is None or not grads:
+        if group is None or not grads or grads[0] is None:  # a frozen embedding (LoRA) has nothing to sum
             return
         grad = grads[0]
         if not hasattr(grad, "full_tensor"):
@@ -125,7 +127,7 @@ class Pipeline:
     def clip_grad_norm(self, max_norm: float) -> None:
         """Clip by the norm of the whole model's gradient: each rank's stages, summed over the
         pipeline; the tied head (a copy of the embedding) is counted once."""
-        grads = [p.grad for part in self.parts for n, p in part.named_parameters()
+        grads = [p.grad for part in self.models for n, p in part.named_parameters()
                  if p.grad is not None and not (n == "output.weight" and part.cfg.tie_embeddings)]
         norm = torch.nn.utils.get_total_norm(grads, foreach=True) if grads else torch.zeros((), device=self.device)
         if hasattr(norm, "full_tensor"):
