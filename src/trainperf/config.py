@@ -484,7 +484,6 @@ def validate(r: Recipe) -> None:
     _check(p.cp >= 1, "parallel.cp", "must be >= 1")
     _check(m.seq_len % (2 * p.cp) == 0, "parallel.cp",
            f"cp={p.cp} needs model.seq_len={m.seq_len} to split into 2*cp = {2 * p.cp} equal chunks")
-    _check(p.tp == 1 or m.lora_rank == 0, "parallel.tp", "tensor parallelism with LoRA adapters is not supported")
     c = r.checkpoint
     _check(c.every_steps >= 0, "checkpoint.every_steps", "must be >= 0 (0 disables checkpoints)")
     _check(c.keep >= 1, "checkpoint.keep", "must be >= 1")
