@@ -20,7 +20,6 @@ COUNTS = tuple(2**k for k in range(3, 15)) + (5120, 10752)
 GPUS = tuple(gpus())
 
 KNOWN_GAPS = {
-    "tensor parallelism with LoRA adapters is not supported": "tp > 1 with LoRA adapters refused by the trainer",
 }
 
 
