@@ -24,13 +24,15 @@ def _run(*args, cwd, extra_env=None, timeout=300):
 
 def test_killed_worker_is_restarted_and_run_reaches_target(tmp_path):
     out = tmp_path / "run"
-    # rank 1 SIGKILLs itself before step 6 (first attempt only); checkpoints at 4 and 8; eval loss
-    # passes 4.0 at the step-8 evaluation
-    p = _run("--nproc", "2", "--max-restarts", "1", "--checkpoint-every", "4", "--set", "eval.target=4.0",
+    # two pipeline stages (the layout whose checkpoint is written by two ranks holding different
+    # layers; FSDP's is resumed in test_parallel); rank 1, the last stage, SIGKILLs itself before
+    # step 6 (first attempt only); checkpoints at 4 and 8; eval loss passes 4.0 at the step-8 evaluation
+    p = _run("--nproc", "2", "--set", "parallel.pp=2", "--max-restarts", "1", "--checkpoint-every", "4",
+             "--set", "eval.target=4.0",
              "--max-steps", "16", "--out", str(out), cwd=tmp_path, extra_env={"TRAINPERF_FAULT": "1:6"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
-    assert s["status"] == "success" and s["world_size"] == 2
+    assert s["status"] == "success" and s["world_size"] == 2 and s["layout"]["strategy"] == "pp"
     assert s["restarts"] == 1 and s["resumed_from_step"] == 4 and s["lost_steps"] == 2
     first = json.loads((out / "attempts" / "1" / "attempt.json").read_text())
     assert first["reached_step"] == 6 and first["restart_count"] == 1
