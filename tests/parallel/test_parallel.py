@@ -283,3 +283,14 @@ def test_fsdp_checkpoint_loads_into_one_process(runs, tmp_path):
     assert sorted(one) == [3, 4]
     for step in (3, 4):
         assert one[step] == pytest.approx(two[step], rel=RTOL)
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_ring_attention_sees_the_chunks_trainperf_holds(runs, nproc):
+    """PyTorch's context_parallel (the ring attention chosen on CUDA) shards a sequence over cp
+    ranks with its own load balancing; on gloo it hands each rank exactly the chunks
+    shard_sequence gives it (r and 2cp-1-r), so its causal ring and trainperf's positions agree."""
+    from trainperf.parallel.context import chunk_positions
+
+    got = json.loads((runs / f"ring_layout{nproc}.json").read_text())
+    assert got == [chunk_positions(32, nproc, r).tolist() for r in range(nproc)]

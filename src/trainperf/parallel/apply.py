@@ -43,7 +43,7 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
     model.to_empty(device=device)
     model.init_weights(seed)
     if dims.cp > 1:
-        apply_cp(model, dims)  # after init: it re-indexes the position tables init_weights builds
+        apply_cp(model, dims, precision)  # after init: it re-indexes the position tables init_weights builds
     if dims.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 

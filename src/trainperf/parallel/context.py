@@ -5,20 +5,29 @@ chunks r and 2*cp-1-r (one from each end), so every rank attends to the same num
 Positions follow the tokens: the model's position buffers (RoPE tables, GPT's position ids) are
 re-indexed to the rank's own positions, so no model code knows about the split.
 
-Attention across chunks is the all-gather-K/V scheme of the Llama 3 paper: each rank gathers the
-keys and values of the whole sequence from its cp peers (autograd-aware: backward reduce-scatters
-their gradients) and attends with its own queries under the causal mask of the global positions.
-It runs on any backend, gloo on a CPU included. (PyTorch's ring attention, `context_parallel`,
-needs CUDA SDPA kernels and is not wired in.)
+Attention across chunks runs one of two ways, chosen per run by what the device can do:
+
+- `ring`: PyTorch's ring attention (`torch.distributed.tensor.experimental.context_parallel`),
+  which passes K/V chunks round the cp ranks inside the flash, memory-efficient or cuDNN SDPA
+  kernels. Chosen when the device is CUDA, the cp group runs NCCL, and one of those kernels accepts
+  this run's heads (`torch.backends.cuda.can_use_*_attention`); the math kernel is switched off in
+  it, so a shape none of them takes fails instead of attending within a chunk. Its head-tail load
+  balancing must give each rank the positions above: checked when it is chosen.
+- `allgather_kv`: the scheme of the Llama 3 paper. Each rank gathers the keys and values of the
+  whole sequence from its cp peers (autograd-aware: backward reduce-scatters their gradients) and
+  attends with its own queries under the causal mask of the global positions. It runs on any
+  backend, gloo on a CPU included (the ring's kernels are CUDA-only).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainperf.parallel.dims import ParallelDims
+from trainperf.parallel.dims import CP_ALLGATHER, CP_RING, ParallelDims
 
 
 def chunk_positions(seq_len: int, cp: int, cp_rank: int) -> torch.Tensor:
@@ -47,18 +56,86 @@ def _gather_seq(t: torch.Tensor, group) -> torch.Tensor:
     return out.transpose(0, 2)
 
 
-def apply_cp(model: nn.Module, dims: ParallelDims) -> None:
-    """Re-index the position buffers to this rank's chunks and give every attention layer the
-    all-gather-K/V attention. Call after the model is initialised (init_weights rebuilds the tables)."""
-    seq_len = model.cfg.seq_len
+def ring_unsupported(device: torch.device, group, dtype: torch.dtype, heads: int, seq: int,
+                     head_dim: int) -> str | None:
+    """Why PyTorch's ring attention cannot run this layout's attention, or None when it can."""
+    import torch.distributed as dist
+
+    if device.type != "cuda":
+        return f"the ring runs in CUDA SDPA kernels only (flash, memory-efficient, cuDNN), not on {device.type}"
+    backend = dist.get_backend(group)
+    if backend != "nccl":
+        return f"the cp group's backend is {backend}, not nccl"
+    try:
+        from torch.distributed.tensor.experimental import context_parallel  # noqa: F401
+    except ImportError:
+        return "this torch has no torch.distributed.tensor.experimental.context_parallel"
+    cuda = torch.backends.cuda
+    q = torch.empty(1, heads, seq, head_dim, device=device, dtype=dtype)
+    params = cuda.SDPAParams(q, q, q, None, 0.0, True, False)
+    checks = [getattr(cuda, f"can_use_{k}_attention", None) for k in ("flash", "efficient", "cudnn")]
+    if not any(check is not None and check(params) for check in checks):
+        return f"no flash, memory-efficient or cuDNN SDPA kernel takes {heads} heads of {head_dim} in {dtype} here"
+    return None
+
+
+def ring_positions(mesh, seq_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The positions PyTorch's context_parallel gives this rank of `mesh` (its load balancing), on the CPU."""
+    from torch.distributed.tensor.experimental import context_parallel
+
+    buf = torch.arange(seq_len, device=device)
+    with context_parallel(mesh, buffers=[buf], buffer_seq_dims=[0], no_restore_buffers={buf}):
+        pass
+    return buf.cpu()
+
+
+def apply_cp(model: nn.Module, dims: ParallelDims, precision: str = "fp32") -> None:
+    """Re-index the position buffers to this rank's chunks and give every attention layer the cp
+    attention this device supports (recorded in `dims.cp_attention`). Call after the model is
+    initialised (init_weights rebuilds the tables)."""
+    cfg = model.cfg
+    seq_len = cfg.seq_len
     mine = chunk_positions(seq_len, dims.cp, dims.cp_rank)
-    order = torch.cat([chunk_positions(seq_len, dims.cp, r) for r in range(dims.cp)])  # gathered keys' positions
-    device = model.tok_emb.weight.device
+    device = model.positions.device  # a pipeline stage may hold no embedding
     model.set_positions(mine.to(device))
-    mask = (mine[:, None] >= order[None, :]).to(device)  # causal over global positions, (T/cp, T)
     group = dims.cp_group
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    why = ring_unsupported(device, group, dtype, cfg.n_head // dims.tp, seq_len // dims.cp, cfg.head_dim)
+    if why is None and not torch.equal(ring_positions(dims.mesh["cp"], seq_len, device), mine):
+        why = "torch's context_parallel balances the chunks differently from this layout"
+    dims.cp_attention, dims.cp_attention_why = (CP_RING, None) if why is None else (CP_ALLGATHER, why)
+    if dims.cp_attention == CP_RING:
+        for block in model.layers.values():
+            block.attn.attend = _ring_attention
+        return
+    order = torch.cat([chunk_positions(seq_len, dims.cp, r) for r in range(dims.cp)])  # gathered keys' positions
+    mask = (mine[:, None] >= order[None, :]).to(device)  # causal over global positions, (T/cp, T)
     for block in model.layers.values():
         block.attn.attend = _allgather_attention(group, mask)
+
+
+def cp_context(dims: ParallelDims, seq_len: int, device: torch.device):
+    """The context a forward and its backward run in: PyTorch's context_parallel for the ring
+    (its SDPA dispatch is on inside it only), nothing for the all-gather attention."""
+    if dims.cp == 1 or dims.cp_attention != CP_RING:
+        return contextlib.nullcontext()
+    from torch.distributed.tensor.experimental import context_parallel
+
+    # the API shards the buffers it is given; the tokens are already this rank's chunks, so it
+    # gets a throw-away position vector of the whole sequence (the only one it requires)
+    buf = torch.arange(seq_len, device=device)
+    return context_parallel(dims.mesh["cp"], buffers=[buf], buffer_seq_dims=[0], no_restore_buffers={buf})
+
+
+def _ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if q.shape[1] != k.shape[1]:  # grouped-query heads repeated, as enable_gqa would (the ring takes no gqa)
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+        # looked up at call time: inside cp_context this is context_parallel's ring
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def _allgather_attention(group, mask: torch.Tensor):

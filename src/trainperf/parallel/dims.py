@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from trainperf.config import ConfigError, ParallelConfig, Recipe, TrainConfig
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-CP_ATTENTION = "allgather_kv"  # how context-parallel attention runs (parallel/context.py), for the log
+# how context-parallel attention runs (parallel/context.py chooses per run), for the log and summary
+CP_ALLGATHER, CP_RING = "allgather_kv", "ring"
 MULTI_STAGE_SCHEDULES = {"interleaved_1f1b", "zero_bubble"}  # pipeline schedules with several stages per rank
 
 
@@ -80,6 +81,8 @@ class ParallelDims:
     pp_schedule: str = "1f1b"
     mesh: object = field(default=None, repr=False, compare=False)  # DeviceMesh once `build_mesh` ran
     tied_group: object = field(default=None, repr=False, compare=False)  # first + last pipeline stage
+    cp_attention: str = field(default=CP_ALLGATHER, compare=False)  # set by parallel.context.apply_cp
+    cp_attention_why: str | None = field(default=None, repr=False, compare=False)  # why not the ring
 
     # ---- construction
 
@@ -266,5 +269,5 @@ class ParallelDims:
         out = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "dp": self.dp, "tp": self.tp,
                "pp": self.pp, "cp": self.cp, "world_size": self.world_size, "strategy": self.strategy}
         if self.cp > 1:
-            out["cp_attention"] = CP_ATTENTION
+            out["cp_attention"] = self.cp_attention
         return out
