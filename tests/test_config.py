@@ -47,8 +47,10 @@ def test_bad_toml_file(tmp_path):
 CHOICE_FIELDS = {  # every string field with a fixed set of values, and what it allows
     "model.family": ("llama", "gpt"),
     "data.kind": ("tokens", "samples"),
-    "train.precision": ("bf16", "fp32"),
-    "train.optimizer": ("adamw",),
+    "train.precision": ("auto", "bf16", "fp32"),
+    "train.optimizer": ("adamw", "muon"),
+    "train.schedule": ("cosine", "wsd"),
+    "model.mlp_act": ("auto", "swiglu", "gelu", "relu2"),
     "train.fused": ("auto", "fused", "foreach", "for-loop"),
     "eval.metric": ("nats_per_byte", "log_perplexity"),
     "parallel.activation_checkpoint": ("none", "selective", "full"),
@@ -75,7 +77,7 @@ def test_choice_message_lists_values_in_order():
     with pytest.raises(ConfigError, match=r"^parallel.activation_checkpoint: must be 'none', 'selective' or 'full', "
                                           r"got 'some'$"):
         load_recipe("tiny", ["parallel.activation_checkpoint=some"])
-    with pytest.raises(ConfigError, match=r"^train.optimizer: must be 'adamw', got 'sgd'$"):
+    with pytest.raises(ConfigError, match=r"^train.optimizer: must be 'adamw' or 'muon', got 'sgd'$"):
         load_recipe("tiny", ["train.optimizer=sgd"])
 
 

@@ -53,12 +53,30 @@ class ModelConfig:
     rope_original_context: int = 8192
     tie_embeddings: bool = True
     bias: bool = False
+    # Architecture levers within the family (each off by default; Hugging Face export refuses the
+    # ones LlamaForCausalLM / GPT2LMHeadModel cannot compute):
+    # the MLP's activation: "auto" is the family's (llama: SwiGLU, gpt: GELU); "relu2" is ReLU
+    # squared without a gate (Primer, So et al. 2021; modded-nanogpt), d_ff 4*d by default
+    mlp_act: Literal["auto", "swiglu", "gelu", "relu2"] = "auto"
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before RoPE (OLMo 2, Qwen 3)
+    logit_softcap: float = 0.0  # >0: logits = cap * tanh(logits / cap) (Gemma 2)
+    zero_init_head: bool = False  # the output head starts at zero (needs tie_embeddings = false)
     lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0  # dropout on the adapter's input (training only)
     # the projections that get adapters (w3 exists in llama only)
     lora_targets: list[Literal["wq", "wk", "wv", "wo", "w1", "w2", "w3"]] = field(
         default_factory=lambda: ["wq", "wk", "wv", "wo"])
+
+    @property
+    def activation(self) -> str:
+        if self.mlp_act != "auto":
+            return self.mlp_act
+        return "gelu" if self.family == "gpt" else "swiglu"
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
 
     @property
     def kv_heads(self) -> int:
@@ -72,7 +90,7 @@ class ModelConfig:
     def ff_dim(self) -> int:
         if self.d_ff:
             return self.d_ff
-        if self.family == "gpt":
+        if not self.gated:
             return 4 * self.d_model
         hidden = int(2 * (4 * self.d_model) / 3)
         m = self.ff_multiple_of
@@ -104,16 +122,26 @@ class TrainConfig:
     lr: float = 3e-3
     end_lr: float = 3e-4
     warmup_steps: int = 50
-    decay_steps: int = 1000  # cosine from lr to end_lr over this many steps after warm-up
+    decay_steps: int = 1000  # from lr to end_lr over this many steps after warm-up (see schedule)
+    # "cosine": cosine from lr to end_lr over decay_steps; "wsd": warm-up, stable at lr, then linear
+    # to end_lr over the last `cooldown` fraction of decay_steps (MiniCPM's warm-up-stable-decay)
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    cooldown: float = 0.5
     max_steps: int = 0  # 0 -> warmup + decay; training stops at the target or here (aborted)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0
-    precision: Literal["bf16", "fp32"] = "bf16"  # bf16: autocast
+    # bf16: autocast; "auto": bf16 on a CUDA device, and on a CPU whichever of fp32 and bf16 ran the
+    # model's training step faster when timed during init (untimed, on random tokens)
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     fp8_linear: bool = False  # the blocks' linear layers in FP8 (torchao Float8Linear; Hopper and newer)
-    optimizer: Literal["adamw"] = "adamw"
+    # "muon": torch.optim.Muon for the blocks' weight matrices, AdamW (the settings above) for the
+    # embedding, head, norms and biases, as modded-nanogpt trains; "adamw": AdamW for everything
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    muon_lr: float = 0.0  # 0 -> train.lr; the update's RMS is matched to AdamW's (match_rms_adamw)
+    muon_momentum: float = 0.95
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0
@@ -429,6 +457,9 @@ def validate(r: Recipe) -> None:
     _check(m.d_ff >= 0, "model.d_ff", "must be >= 0")
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
+    _check(m.logit_softcap >= 0, "model.logit_softcap", "must be >= 0 (0: no cap)")
+    _check(not m.zero_init_head or not m.tie_embeddings, "model.zero_init_head",
+           "needs model.tie_embeddings = false (a zero head tied to the embedding would zero the embedding)")
     _check(m.rope_scaling_factor == 0 or m.rope_scaling_factor >= 1, "model.rope_scaling_factor",
            f"must be 0 (none) or >= 1, got {m.rope_scaling_factor}")
     _check(0 < m.rope_low_freq_factor < m.rope_high_freq_factor, "model.rope_high_freq_factor",
@@ -456,7 +487,10 @@ def validate(r: Recipe) -> None:
     _check(0 <= t.beta2 < 1, "train.beta2", "must be in [0, 1)")
     _check(t.eps > 0, "train.eps", "must be > 0")
     _check(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables clipping)")
-    _check(not t.fp8_linear or t.precision == "bf16", "train.fp8_linear",
+    _check(0 < t.cooldown <= 1, "train.cooldown", f"must be in (0, 1], got {t.cooldown}")
+    _check(t.muon_lr >= 0, "train.muon_lr", "must be >= 0 (0 -> train.lr)")
+    _check(0 <= t.muon_momentum < 1, "train.muon_momentum", "must be in [0, 1)")
+    _check(not t.fp8_linear or t.precision in ("bf16", "auto"), "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
     _check(not t.fp8_linear or r.parallel.tp == 1, "train.fp8_linear",
            "is not composed with tensor parallelism yet (parallel.tp must be 1)")

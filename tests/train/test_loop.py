@@ -49,6 +49,26 @@ def test_same_seed_same_losses(small_recipe, tmp_path):
 def test_reaches_easy_target_with_success(small_recipe, tmp_path):
     s = train(small_recipe("eval.target=4.0"), DistEnv(), RunOptions(out=tmp_path / "ok"))
     assert s.status == "success" and s.final_eval_loss <= 4.0
+    # the machine-independent part: the tokens trained up to the evaluation that reached the target
+    assert s.tokens_to_target == s.tokens > 0
+    assert s.model_flops_to_target == s.tokens * s.flops_per_token
+    from trainperf.mlperf.score import read_log  # the scorer reads the same from the log and summary
+    run = read_log(tmp_path / "ok" / "result_0.txt")
+    assert run.tokens == s.tokens_to_target and run.model_flops_to_target == s.model_flops_to_target
+    aborted = train(small_recipe(), DistEnv(), RunOptions(out=tmp_path / "no", max_steps=2))
+    assert aborted.tokens_to_target is None and aborted.model_flops_to_target is None
+
+
+def test_muon_and_wsd_train_and_log_what_ran(small_recipe, tmp_path):
+    s = train(small_recipe("train.optimizer=muon", "train.schedule=wsd", "train.precision=auto"), DistEnv(),
+              RunOptions(out=tmp_path / "m", max_steps=16))
+    losses = _losses(tmp_path / "m")
+    assert losses[-1] < losses[0] - 0.5
+    log = (tmp_path / "m" / "result_0.txt").read_text()
+    assert '"key": "opt_name", "value": "muon"' in log
+    assert '"key": "opt_learning_rate_decay_schedule", "value": "warmup-stable-decay"' in log
+    assert '"key": "precision_choice"' in log and s.precision in ("fp32", "bf16")
+    assert set(s.precision_choice["seconds_per_step"]) == {"fp32", "bf16"}  # auto timed both
 
 
 def test_finished_run_is_never_overwritten(small_recipe, tmp_path):

@@ -66,6 +66,12 @@ class RunDisplay:
         t.add_row("time to train", f"{s.time_to_train_s:.1f} s ({s.time_to_train_s / 60:.2f} min, run_start -> run_stop)")
         t.add_row("target", f"{s.final_eval_loss:.4f} {s.metric} vs target {s.target} ({verdict})")
         t.add_row("steps / samples / tokens", f"{s.steps:,} / {s.samples:,} / {s.tokens:,}")
+        if s.tokens_to_target is not None:
+            t.add_row("to target", f"{s.tokens_to_target:,} tokens, {s.model_flops_to_target:.3g} model FLOPs "
+                                   "(training; machine-independent)")
+        choice = getattr(s, "precision_choice", {}) or {}
+        if choice:
+            t.add_row("precision", f"{choice['precision']} ({choice['reason']})")
         t.add_row("throughput", f"{s.tokens_per_s:,.0f} tokens/s on {s.world_size} x {s.device}")
         t.add_row("MFU", f"{100 * s.mfu:.1f}% of {s.peak_flops / 1e12:.2f} TFLOP/s per device "
                           f"({s.peak_source}); {s.flops_per_token:,} FLOPs/token")

@@ -43,13 +43,16 @@ def print_report(rep, out=None) -> None:
     w = max([len(str(r.path)) for r in rep.runs] + [3])
     print(f"{rep.benchmark} (ruleset {rep.ruleset}): {len(rep.runs)} result logs", file=out)
     unit = "tokens" if rep.benchmark == "gpt3" else "samples"
-    print(f"  {'run':<{w}}  {'seed':>5}  {'status':<9}  {'minutes':>9}  {unit + ' to target':>18}  checker", file=out)
+    print(f"  {'run':<{w}}  {'seed':>5}  {'status':<9}  {'minutes':>9}  {unit + ' to target':>18}  "
+          f"{'tokens to target':>16}  {'model FLOPs':>11}  checker", file=out)
     for r in rep.runs:
         conv = (r.tokens if rep.benchmark == "gpt3" else r.samples) if r.converged else None
         verdict = "pass" if r.check and r.check.passed else f"FAIL: {r.check.first_error}" if r.check else "-"
         status = str(r.status or "truncated") + ("*" if r.restarts else "")
+        flops = r.model_flops_to_target
         print(f"  {str(r.path):<{w}}  {_fmt(r.seed):>5}  {status:<9}  "
-              f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {verdict}", file=out)
+              f"{_fmt(r.minutes, '.4f'):>9}  {_fmt(conv, ','):>18}  {_fmt(r.tokens if r.converged else None, ','):>16}  "
+              f"{'-' if flops is None else f'{flops:.3g}':>11}  {verdict}", file=out)
         if r.restarts:
             print(f"  {'':<{w}}  * {r.restart_note}", file=out)
         if r.check and len(r.check.errors) > 1:

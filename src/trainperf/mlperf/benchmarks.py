@@ -62,9 +62,13 @@ class BenchmarkHooks:
     def log_optimizer(self, log: MLPerfLog) -> None:
         t = self.recipe.train
         name, *keys = self.optimizer_keys
-        log.event(C.OPT_NAME, name)
+        # Muon beside AdamW: opt_name says muon, the AdamW keys describe the AdamW half
+        log.event(C.OPT_NAME, "muon" if t.optimizer == "muon" else name)
         for key, value in zip(keys, (t.beta1, t.beta2, t.eps, t.weight_decay)):
             log.event(key, value)
+        if t.optimizer == "muon":
+            log.event("opt_muon_learning_rate", t.muon_lr or t.lr)
+            log.event("opt_muon_momentum", t.muon_momentum)
 
     def log_hyperparameters(self, log: MLPerfLog) -> None:
         """Keys beyond the common set the train loop logs (e.g. lora_rank, init_checkpoint_step)."""

@@ -44,7 +44,9 @@ class RunLog:
     status: str | None = None  # run_stop's status; None when the log has no run_stop
     minutes: float | None = None
     samples: int | None = None  # samples_count of the last eval_accuracy before run_stop
-    tokens: int | None = None  # epoch_num of that eval_accuracy (gpt3: training tokens)
+    tokens: int | None = None  # training tokens then: epoch_num (gpt3), else samples x max_sequence_length
+    seq_len: int | None = None
+    flops_per_token: int | None = None  # from a trainperf summary.json beside the log, when there is one
     bad_lines: int = 0
     evals: int = 0  # eval_accuracy lines
     check: CheckResult | None = None
@@ -58,6 +60,13 @@ class RunLog:
     @property
     def converged(self) -> bool:
         return self.status == "success"
+
+    @property
+    def model_flops_to_target(self) -> float | None:
+        """Training model FLOPs to the target (6N plus attention per token): machine-independent."""
+        if not self.converged or self.tokens is None or self.flops_per_token is None:
+            return None
+        return float(self.tokens * self.flops_per_token)
 
     @property
     def score_minutes(self) -> float | None:
@@ -127,6 +136,8 @@ def read_log(path: Path) -> RunLog:
             run.seed = _int(value)
         elif key == "global_batch_size" and run.gbs is None:
             run.gbs = _int(value)
+        elif key == "max_sequence_length" and run.seq_len is None:
+            run.seq_len = _int(value)
         elif key == "run_start" and start is None:
             start = t
         elif key == "restarts":
@@ -143,7 +154,20 @@ def read_log(path: Path) -> RunLog:
     if last_eval is not None:
         run.samples = _int(last_eval.get("samples_count"))
         run.tokens = _int(last_eval.get("epoch_num"))
+        if run.tokens is None and run.samples is not None and run.seq_len:
+            run.tokens = run.samples * run.seq_len
+    run.flops_per_token = _summary_flops(path)
     return run
+
+
+def _summary_flops(log: Path) -> int | None:
+    """flops_per_token of the trainperf run that wrote `log` (its summary.json), else None."""
+    try:
+        summary = json.loads((log.parent / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    v = summary.get("flops_per_token") if isinstance(summary, dict) else None
+    return v if isinstance(v, int) and v > 0 else None
 
 
 def log_problem(path: Path, evals: int | None) -> str:
@@ -377,6 +401,7 @@ class Report:
             "runs": [{"file": str(r.path), "seed": r.seed, "status": r.status, "minutes": r.minutes,
                       "samples_to_target": r.samples if r.converged else None,
                       "tokens_to_target": r.tokens if r.converged else None,
+                      "model_flops_to_target": r.model_flops_to_target,
                       "samples_at_last_eval": r.samples, "tokens_at_last_eval": r.tokens,
                       "checker": None if r.check is None else ("pass" if r.check.passed else "fail"),
                       "checker_errors": [] if r.check is None else r.check.errors,

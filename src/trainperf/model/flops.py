@@ -34,7 +34,7 @@ def forward_breakdown(cfg: ModelConfig, seq_len: int | None = None) -> FlopsBrea
     q_out, kv_out = cfg.n_head * hd, cfg.kv_heads * hd
     proj = 2 * d * q_out + 2 * 2 * d * kv_out + 2 * q_out * d
     sdpa = 2 * 2 * T * q_out  # scores (T x hd per query) and weighted sum, every head
-    n_mats = 3 if cfg.family == "llama" else 2
+    n_mats = 3 if cfg.gated else 2
     mlp = n_mats * 2 * d * cfg.ff_dim
     return FlopsBreakdown(attn_proj=L * proj, attn_sdpa=L * sdpa, mlp=L * mlp, head=2 * d * cfg.vocab_size)
 
@@ -70,5 +70,5 @@ def lora_forward_flops(cfg: ModelConfig) -> int:
     }
     r = cfg.lora_rank
     per_layer = sum(2 * r * (i + o) for name, (i, o) in shapes.items()
-                    if name in cfg.lora_targets and not (name == "w3" and cfg.family != "llama"))
+                    if name in cfg.lora_targets and not (name == "w3" and not cfg.gated))
     return cfg.n_layer * per_layer

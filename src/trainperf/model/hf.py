@@ -60,8 +60,23 @@ class Rule:
     optional_bias: bool = False  # HF always has it; trainperf only with model.bias
 
 
+def check_exportable(cfg: ModelConfig) -> None:
+    """Refuse the architecture levers the Hugging Face classes cannot compute, naming the key:
+    an exported model must be the same function, not a near miss."""
+    cls = "LlamaForCausalLM" if cfg.family == "llama" else "GPT2LMHeadModel"
+    family_act = "swiglu" if cfg.family == "llama" else "gelu"
+    if cfg.activation != family_act:
+        raise WeightsError(f"model.mlp_act={cfg.mlp_act!r}: {cls}'s MLP is {family_act}; this model cannot be exported")
+    if cfg.qk_norm:
+        raise WeightsError(f"model.qk_norm=true: {cls} has no query/key norm; this model cannot be exported")
+    if cfg.logit_softcap > 0:
+        raise WeightsError(f"model.logit_softcap={cfg.logit_softcap}: {cls} does not cap logits; "
+                           "this model cannot be exported")
+
+
 def rules(cfg: ModelConfig) -> list[Rule]:
     """Every tensor of the HF checkpoint of `cfg` (model.family llama or gpt), in a fixed order."""
+    check_exportable(cfg)
     out: list[Rule] = []
     if cfg.family == "llama":
         top = dict(LLAMA_TOP)
@@ -125,6 +140,7 @@ def to_hf(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 
 def hf_config(cfg: ModelConfig) -> dict:
     """config.json of the HF model that computes the same function as `cfg`."""
+    check_exportable(cfg)
     if cfg.family == "llama":
         return {
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",

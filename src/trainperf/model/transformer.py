@@ -96,6 +96,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.use_rope = cfg.family == "llama"
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.wq = nn.Linear(cfg.d_model, cfg.n_head * cfg.head_dim, bias=cfg.bias)
         self.wk = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=cfg.bias)
         self.wv = nn.Linear(cfg.d_model, cfg.kv_heads * cfg.head_dim, bias=cfg.bias)
@@ -107,6 +109,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:  # bounds the attention logits, so a higher LR stays stable
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
             q, k = apply_rope(q, rope[:, :T]), apply_rope(k, rope[:, :T])
         y = self.attend(q, k, v)
@@ -120,7 +124,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gated = cfg.family == "llama"
+        self.act, self.gated = cfg.activation, cfg.gated
         self.w1 = nn.Linear(cfg.d_model, cfg.ff_dim, bias=cfg.bias)
         if self.gated:
             self.w3 = nn.Linear(cfg.d_model, cfg.ff_dim, bias=cfg.bias)
@@ -129,6 +133,8 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        if self.act == "relu2":
+            return self.w2(F.relu(self.w1(x)).square())
         return self.w2(F.gelu(self.w1(x), approximate="tanh"))
 
 
@@ -195,6 +201,8 @@ class Transformer(nn.Module):
                         continue  # the embedding, drawn above
                     # a pipeline's last stage holds the tied head alone: it starts as the embedding
                     _normal_(module.weight, std, _generator(seed, "tok_emb.weight"))
+                elif module is self.output and self.cfg.zero_init_head:
+                    fill_(module.weight, torch.zeros(tuple(module.weight.shape)))
                 else:
                     _normal_(module.weight, out_std if id(module) in residual else std, gen("weight"))
             elif isinstance(module, (RMSNorm, nn.LayerNorm)) and module.weight is not None:
@@ -230,6 +238,9 @@ class Transformer(nn.Module):
         if self.output is None:
             return x
         logits = self.output(self.norm(x))
+        if self.cfg.logit_softcap > 0:
+            cap = self.cfg.logit_softcap
+            logits = cap * torch.tanh(logits / cap)
         if targets is None:
             return logits
         return token_losses(logits, targets)

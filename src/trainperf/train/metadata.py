@@ -11,6 +11,7 @@ from trainperf.config import Recipe
 from trainperf.mlperf.benchmarks import BenchmarkHooks
 from trainperf.mlperf.logger import C
 from trainperf.parallel.dims import BatchGeometry, ParallelDims
+from trainperf.train.optim import SCHEDULE_NAMES
 from trainperf.provenance import code_version
 
 
@@ -56,7 +57,8 @@ def run_metadata(r: Recipe, hooks: BenchmarkHooks, dims: ParallelDims, geometry:
         (C.OPT_END_LR, t.end_lr),
         (C.OPT_LR_WARMUP_STEPS, t.warmup_steps),
         (C.OPT_LR_DECAY_STEPS, t.decay_steps),
-        (C.OPT_LR_DECAY_SCHEDULE, "cosine with linear warmup"),
+        (C.OPT_LR_DECAY_SCHEDULE, SCHEDULE_NAMES[t.schedule]),
+        *([("opt_lr_cooldown_fraction", t.cooldown)] if t.schedule == "wsd" else []),
         *optimizer.pairs,
         (C.OPT_GRADIENT_CLIP_NORM, t.grad_clip),
         ("max_steps", r.total_steps),  # the schedule's length; a run cut short says so with status aborted

@@ -8,29 +8,61 @@ from contextlib import nullcontext
 import torch
 
 from trainperf.config import Recipe
+from trainperf.train.muon import Muon
+
+
+SCHEDULE_NAMES = {"cosine": "cosine with linear warmup", "wsd": "warmup-stable-decay"}
 
 
 def lr_at(step: int, r: Recipe) -> float:
-    """Linear warm-up from 0 to lr, then cosine to end_lr over decay_steps, then end_lr."""
+    """Linear warm-up from 0 to lr, then over decay_steps to end_lr, then end_lr. The decay is a
+    cosine (`schedule = "cosine"`), or for "wsd" lr held until the last `cooldown` fraction of
+    decay_steps and then linear to end_lr: a long stable phase and a short anneal reach a lower loss
+    at a known step than a cosine spread over the same steps (Hu et al., MiniCPM, 2024)."""
     t = r.train
     if step < t.warmup_steps:
         return t.lr * (step + 1) / t.warmup_steps
     progress = min(1.0, (step - t.warmup_steps) / max(1, t.decay_steps))
+    if t.schedule == "wsd":
+        frac = max(0.0, (progress - (1.0 - t.cooldown)) / t.cooldown)
+        return t.lr + (t.end_lr - t.lr) * frac
     return t.end_lr + (t.lr - t.end_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not norms, biases). `fused` picks the implementation."""
+def muon_params(model: torch.nn.Module) -> set[int]:
+    """The parameters Muon updates: the blocks' linear weight matrices. The embedding and the head
+    are lookups and a classifier rather than hidden transforms (and the tied pair is both), so they
+    stay with AdamW, as do the 1-D norms and biases and LoRA adapters."""
+    return {id(m.weight) for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and name.startswith("layers.") and m.weight.requires_grad}
+
+
+def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> list[torch.optim.Optimizer]:
+    """AdamW, weight decay on matrices only (not norms, biases); `fused` picks its implementation.
+    With `optimizer = "muon"`, Muon (torch's, trainperf.train.muon) takes the blocks' matrices (`muon_params`) beside it."""
+    t = r.train
     params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
+    to_muon = muon_params(model) if t.optimizer == "muon" else set()
+    matrices = [p for p in params if id(p) in to_muon]
+    decay = [p for p in params if p.dim() >= 2 and id(p) not in to_muon]
     no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": r.train.weight_decay},
+    groups = [{"params": decay, "weight_decay": t.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    impl = r.train.fused
+    impl = t.fused
     if impl == "auto":
         impl = "fused" if device.type in ("cuda", "cpu") else "foreach"
     kw = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
-    return torch.optim.AdamW(groups, lr=r.train.lr, betas=(r.train.beta1, r.train.beta2), eps=r.train.eps, **kw)
+    opts: list[torch.optim.Optimizer] = [
+        torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, **kw)]
+    if matrices:
+        muon_lr = t.muon_lr or t.lr
+        # match_rms_adamw scales each update to AdamW's RMS (0.2 sqrt(max(rows, cols))), so one LR
+        # schedule drives both optimizers; lr_scale carries muon_lr's ratio to train.lr through it
+        # Newton-Schulz in the run's format: bf16 only where the run found bf16 matmuls fast
+        ns_dtype = torch.bfloat16 if t.precision == "bf16" else torch.float32
+        opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, lr=muon_lr,
+                         weight_decay=t.weight_decay, momentum=t.muon_momentum, adjust_lr_fn="match_rms_adamw"))
+    return opts
 
 
 def autocast_ctx(r: Recipe, device: torch.device):
@@ -45,16 +77,22 @@ class Optimizers:
 
     def __init__(self, parts: list[torch.nn.Module], r: Recipe, device: torch.device):
         self.parts = parts
-        self.opts = [build_optimizer(p, r, device) for p in parts]
+        self.opts = [build_optimizer(p, r, device) for p in parts]  # per part: AdamW (and Muon)
 
     @property
     def param_groups(self) -> list[dict]:
-        return [g for o in self.opts for g in o.param_groups]
+        return [g for part in self.opts for o in part for g in o.param_groups]
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.param_groups:
+            g["lr"] = lr * g.get("lr_scale", 1.0)
 
     def step(self) -> None:
-        for o in self.opts:
-            o.step()
+        for part in self.opts:
+            for o in part:
+                o.step()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.opts:
-            o.zero_grad(set_to_none=set_to_none)
+        for part in self.opts:
+            for o in part:
+                o.zero_grad(set_to_none=set_to_none)

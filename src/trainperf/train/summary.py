@@ -45,6 +45,13 @@ class Summary:
     params: int
     evals: int
     corpus_fingerprint: str
+    # the machine-independent part of time-to-train: training tokens, and their model FLOPs (6N plus
+    # attention per token, evaluation not counted), up to the evaluation that reached the target;
+    # None when the run did not reach it
+    tokens_to_target: int | None = None
+    model_flops_to_target: float | None = None
+    precision: str = ""  # the format the run trained in
+    precision_choice: dict = field(default_factory=dict)  # why (train.precision = "auto": the probe's timings)
     last_attempt_s: float = 0.0  # run_start to run_stop of this attempt alone
     time_breakdown_s: dict = field(default_factory=dict)
     deviations: list = field(default_factory=list)

@@ -40,6 +40,7 @@ from trainperf.train.metadata import run_metadata, submission_metadata
 from trainperf.train.engine import make_engine
 from trainperf.train.optim import Optimizers, lr_at
 from trainperf.train.peak import device_peak
+from trainperf.train.precision import PrecisionChoice, choose_precision
 from trainperf.train.save import save_final
 from trainperf.train.state import TrainState, checkpoint_states
 from trainperf.train.summary import RunOptions, Summary
@@ -122,6 +123,26 @@ def build_parts(r: Recipe, dims: ParallelDims, device: torch.device, seed: int) 
     return parts, n_params
 
 
+def resolve_precision(r: Recipe, env: DistEnv, ckpt: Checkpointer, batch: int, seq: int) -> PrecisionChoice:
+    """train.precision = "auto" made concrete in the recipe: a resumed run keeps its checkpoint's
+    format; otherwise the probe's (fp8 linears always run inside bf16 autocast)."""
+    t = r.train
+    if t.precision != "auto":
+        choice = PrecisionChoice(t.precision, "train.precision")
+    elif ckpt.meta is not None:
+        choice = PrecisionChoice(ckpt.meta.get("recipe", {}).get("train", {}).get("precision", "fp32"),
+                                 "the checkpoint's")
+    elif t.fp8_linear:
+        choice = PrecisionChoice("bf16", "train.fp8_linear runs in bf16 autocast")
+    else:
+        def share(code: int) -> int:
+            mine = torch.tensor([code if env.is_main else 0], device=env.device)
+            return int(env.all_reduce_sum(mine).cpu())
+        choice = choose_precision(r.model, batch, seq, env.device, share)
+    t.precision = choice.precision
+    return choice
+
+
 def pad_windows(x: torch.Tensor, y: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A short evaluation window padded to `seq_len` with unscored targets. Causal attention keeps the
     real positions' losses as they were; every evaluation forward has one shape, which sequence
@@ -142,6 +163,7 @@ class Trainer:
         self.geometry = self.dims.batch(r.train)
         self.dims.build_mesh(self.device.type)
         self.data = open_data(r, env)
+        self.precision = resolve_precision(r, env, ckpt, self.geometry.micro, r.model.seq_len // self.dims.cp)
         self.parts, self.n_params = build_parts(r, self.dims, self.device, opts.seed)
         self.engine = make_engine(self.parts, r, self.dims, self.device, self.geometry.accum)
         self.opt = Optimizers(self.parts, r, self.device)
@@ -169,6 +191,7 @@ class Trainer:
                              tokenizer=self.data.meta["tokenizer"], restarts=self.ckpt.restarts)
         for key, value in pairs:
             self.log.event(key, value)
+        self.log.event("precision_choice", self.precision.to_dict())  # what auto measured, or the recipe's word
         if self.r.parallel.compile:
             self.warm_up()
         self.env.barrier()
@@ -195,8 +218,7 @@ class Trainer:
         reduced once (after the last micro-batch), clipped, stepped. Returns the step's loss on the device."""
         r, step, accum = self.r, self.state.step, self.geometry.accum
         self.lr = lr_at(step + r.train.init_checkpoint_step, r)  # a start checkpoint continues its schedule
-        for g in self.opt.param_groups:
-            g["lr"] = self.lr
+        self.opt.set_lr(self.lr)
         self.clock.start()
         x, y = self.batches.get(step, self.dims.dp_rank, self.dims.dp, pin=self.device.type == "cuda")
         x, y = shard_sequence(x, self.dims), shard_sequence(y, self.dims)  # a context-parallel rank's chunks
@@ -360,6 +382,9 @@ class Trainer:
             metric=r.eval.metric, seed=self.opts.seed, device=device_name(self.device),
             world_size=self.env.world_size, out=str(self.opts.out), flops_per_token=self.fpt, params=self.n_params,
             evals=self.state.n_evals, corpus_fingerprint=self.data.fingerprint,
+            tokens_to_target=tokens if status == C.SUCCESS else None,
+            model_flops_to_target=float(tokens * self.fpt) if status == C.SUCCESS else None,
+            precision=r.train.precision, precision_choice=self.precision.to_dict(),
             time_breakdown_s={k: round(v, 3) for k, v in times.items()}, deviations=self.hooks.deviations(),
             layout=self.dims.to_dict(), code=code_version(), **self.ckpt.summary_fields(),
         )

@@ -1,0 +1,100 @@
+"""`train.precision = "auto"`: the number format that trains this model fastest on this machine.
+
+A GPU has bf16 tensor cores, so auto is bf16 there. A CPU may or may not: AMX tiles (Sapphire Rapids
+and newer) run bf16 matmuls several times faster than fp32, while a CPU without them converts bf16
+through fp32 units and is slower than plain fp32 (measured 0.62x on a 2-core AVX2 EPYC). No flag
+says which reliably across vendors, so on a CPU auto times it: a few training steps (forward and
+backward, no optimizer step) of the run's own model, micro-batch and sequence, in fp32 and under
+bf16 autocast, on random tokens during init (untimed; MLPerf lets init run the model on synthetic
+data). The faster one wins if its loss is sound: finite, and within `LOSS_RTOL` of fp32's on the
+same weights and tokens (bf16 rounds activations to 8 mantissa bits, so a difference of a few tenths
+of a percent is expected; more means the format is breaking the model). The main rank decides and
+every rank takes its answer, so all ranks run one format.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from trainperf.config import ModelConfig
+from trainperf.model.transformer import Transformer
+
+LOSS_RTOL = 0.02
+MAX_PROBE_PARAMS = 1_000_000_000
+FORMATS = ("fp32", "bf16")
+
+
+@dataclass
+class PrecisionChoice:
+    precision: str
+    reason: str
+    seconds_per_step: dict[str, float] = field(default_factory=dict)  # what the probe measured, by format
+    loss: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"precision": self.precision, "reason": self.reason,
+                "seconds_per_step": {k: round(v, 5) for k, v in self.seconds_per_step.items()},
+                "loss": {k: round(v, 5) for k, v in self.loss.items()}}
+
+
+def pick(seconds: dict[str, float], loss: dict[str, float]) -> PrecisionChoice:
+    """The faster format whose loss is sound; fp32 (the reference) when bf16 is not."""
+    ref = loss["fp32"]
+    sound = {f for f in FORMATS if f in seconds and torch.isfinite(torch.tensor(loss[f]))
+             and abs(loss[f] - ref) <= LOSS_RTOL * abs(ref)}
+    if "fp32" not in sound:
+        return PrecisionChoice("bf16" if "bf16" in sound else "fp32", "fp32 probe loss not finite", seconds, loss)
+    best = min(sound, key=lambda f: seconds[f])
+    ratio = seconds["fp32"] / seconds["bf16"]
+    why = f"bf16 step {ratio:.2f}x the speed of fp32 on this CPU"
+    if "bf16" not in sound:
+        why = f"bf16 loss {loss['bf16']:.4f} vs fp32 {ref:.4f}: off by more than {LOSS_RTOL:.0%}"
+    return PrecisionChoice(best, why, seconds, loss)
+
+
+def probe(cfg: ModelConfig, batch: int, seq: int, device: torch.device, steps: int = 2, seed: int = 0,
+          clock: Callable[[], float] = time.perf_counter) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per forward+backward (the best of `steps`, after one warm-up) and the first step's
+    loss, per format, on a plain copy of the model with random weights and tokens."""
+    torch.manual_seed(seed)
+    model = Transformer(cfg).to(device)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen).to(device)
+    seconds, loss = {}, {}
+    for fmt in FORMATS:
+        ctx = torch.autocast(device.type, dtype=torch.bfloat16, enabled=fmt == "bf16")
+        best = float("inf")
+        for i in range(steps + 1):
+            t0 = clock()
+            with ctx:
+                step_loss = model(x, x).mean()
+            step_loss.backward()
+            model.zero_grad(set_to_none=True)
+            if i == 0:
+                loss[fmt] = float(step_loss.detach())
+            else:
+                best = min(best, clock() - t0)
+        seconds[fmt] = best
+    return seconds, loss
+
+
+def choose_precision(cfg: ModelConfig, batch: int, seq: int, device: torch.device,
+                     share: Callable[[int], int] = lambda code: code) -> PrecisionChoice:
+    """auto's answer for this model on `device`. `share(code)` returns the main rank's code (a
+    broadcast in a distributed run) so every rank agrees; non-main ranks' own probes are discarded."""
+    if device.type == "cuda":
+        return PrecisionChoice("bf16", "CUDA device: bf16 tensor cores")
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in Transformer(cfg).parameters())
+    if n_params > MAX_PROBE_PARAMS:  # a whole copy would not fit beside the run's own model
+        return PrecisionChoice("fp32", f"{n_params / 1e9:.1f}B parameters: too large to probe a copy on the CPU")
+    seconds, loss = probe(cfg, batch, seq, device)
+    choice = pick(seconds, loss)
+    code = share(FORMATS.index(choice.precision))
+    if FORMATS[code] != choice.precision:
+        choice = PrecisionChoice(FORMATS[code], "the main rank's probe", seconds, loss)
+    return choice

@@ -1,0 +1,106 @@
+"""The optimizer pieces of the time-to-target recipe: Muon's step, the parameter split, the WSD
+schedule and auto precision's choice."""
+
+import math
+
+import pytest
+import torch
+
+from trainperf.config import load_recipe
+from trainperf.model.transformer import Transformer
+from trainperf.train.muon import Muon
+from trainperf.train.optim import Optimizers, build_optimizer, lr_at, muon_params
+from trainperf.train.precision import LOSS_RTOL, choose_precision, pick, probe
+
+
+def reference_muon_update(grad: torch.Tensor, buf: torch.Tensor, momentum: float, steps: int = 5) -> torch.Tensor:
+    """Muon as Jordan et al. (2024) describe it: Nesterov momentum, then the quintic Newton-Schulz
+    iteration (a, b, c) = (3.4445, -4.7750, 2.0315) on the Frobenius-normalised matrix, worked on
+    the wide orientation, scaled to AdamW's update RMS by 0.2 sqrt(max(rows, cols))."""
+    buf.mul_(momentum).add_(grad)
+    g = grad + momentum * buf  # nesterov
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g / g.norm().clamp(min=1e-7)
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    for _ in range(steps):
+        A = x @ x.T
+        x = a * x + (b * A + c * A @ A) @ x
+    if tall:
+        x = x.T
+    return x * 0.2 * math.sqrt(max(grad.shape))
+
+
+def test_muon_step_is_torchs_in_bf16_and_the_reference_in_fp32():
+    gen = torch.Generator().manual_seed(1)
+    w0 = torch.randn(6, 9, generator=gen)
+    grads = [torch.randn(6, 9, generator=gen) for _ in range(3)]
+    ps = [torch.nn.Parameter(w0.clone()) for _ in range(3)]
+    kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw")
+    opts = [torch.optim.Muon([ps[0]], **kw), Muon([ps[1]], ns_dtype=torch.bfloat16, **kw),
+            Muon([ps[2]], ns_dtype=torch.float32, **kw)]
+    buf, ref = torch.zeros(6, 9, dtype=torch.float64), w0.double()
+    for g in grads:
+        for p, o in zip(ps, opts):
+            p.grad = g.clone()
+            o.step()
+        ref = ref * (1 - 0.05 * 0.1) - 0.05 * reference_muon_update(g.double(), buf, 0.95)
+    assert torch.equal(ps[0].detach(), ps[1].detach())  # same operations as torch's step
+    torch.testing.assert_close(ps[2].detach().double(), ref, rtol=0, atol=1e-5)  # fp32: the reference
+    assert float((ps[0].detach().double() - ref).abs().max()) > 1e-4  # while bf16 is visibly coarser
+    assert set(opts[1].state[ps[1]]) == set(opts[0].state[ps[0]]) == {"momentum_buffer"}
+    # the update is near-orthogonal: its singular values lie close together, unlike the gradient's
+    u, g = reference_muon_update(grads[0].double(), torch.zeros(6, 9, dtype=torch.float64), 0.0), grads[0]
+    assert float(torch.linalg.svdvals(u).max() / torch.linalg.svdvals(u).min()) < 2.0
+    assert float(torch.linalg.svdvals(g).max() / torch.linalg.svdvals(g).min()) > 2.0
+
+
+def test_muon_takes_the_block_matrices_only():
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.seq_len=16",
+                             "train.optimizer=muon", "train.muon_lr=0.02", "model.tie_embeddings=false"])
+    model = Transformer(r.model)
+    adamw, muon = build_optimizer(model, r, torch.device("cpu"))
+    ids = muon_params(model)
+    names = {n for n, p in model.named_parameters() if id(p) in ids}
+    assert names == {f"layers.{i}.{m}.weight" for i in range(2)
+                     for m in ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w2", "mlp.w3")}
+    in_adamw = {id(p) for g in adamw.param_groups for p in g["params"]}
+    assert {"tok_emb.weight", "output.weight", "norm.weight"} <= {n for n, p in model.named_parameters() if id(p) in in_adamw}
+    assert not in_adamw & ids and len(in_adamw | ids) == len(list(model.parameters()))
+    opts = Optimizers([model], r, torch.device("cpu"))
+    opts.set_lr(1e-3)  # one schedule: Muon's LR keeps its ratio to train.lr
+    adamw, muon = opts.opts[0]
+    assert muon.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.02 / r.train.lr)
+    assert adamw.param_groups[0]["lr"] == 1e-3
+    r2 = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.seq_len=16"])
+    assert len(build_optimizer(Transformer(r2.model), r2, torch.device("cpu"))) == 1  # adamw: AdamW alone
+
+
+def test_wsd_holds_then_anneals_linearly():
+    r = load_recipe("tiny", ["train.schedule=wsd", "train.warmup_steps=10", "train.decay_steps=80",
+                             "train.cooldown=0.5", "train.lr=0.01", "train.end_lr=0.001"])
+    assert lr_at(4, r) == pytest.approx(0.005)
+    assert lr_at(10, r) == lr_at(50, r) == 0.01  # stable until the last half of decay_steps
+    assert lr_at(70, r) == pytest.approx(0.0055)  # halfway down the linear anneal
+    assert lr_at(90, r) == pytest.approx(0.001) and lr_at(200, r) == pytest.approx(0.001)
+
+
+def test_auto_precision_keeps_the_faster_sound_format():
+    assert pick({"fp32": 1.0, "bf16": 0.4}, {"fp32": 7.0, "bf16": 7.01}).precision == "bf16"
+    assert pick({"fp32": 1.0, "bf16": 1.6}, {"fp32": 7.0, "bf16": 7.01}).precision == "fp32"
+    unsound = pick({"fp32": 1.0, "bf16": 0.4}, {"fp32": 7.0, "bf16": 7.0 * (1 + 2 * LOSS_RTOL)})
+    assert unsound.precision == "fp32" and "off by more" in unsound.reason
+    assert pick({"fp32": 1.0, "bf16": 0.4}, {"fp32": 7.0, "bf16": float("nan")}).precision == "fp32"
+
+
+def test_probe_times_the_model_in_both_formats_and_ranks_agree():
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16"])
+    ticks = iter(range(1000))
+    # a fake clock: every interval is 1 tick, so the measured times are equal and the losses decide
+    seconds, loss = probe(r.model, 2, 16, torch.device("cpu"), clock=lambda: float(next(ticks)))
+    assert seconds == {"fp32": 1.0, "bf16": 1.0}
+    assert abs(loss["bf16"] - loss["fp32"]) < LOSS_RTOL * loss["fp32"] and loss["fp32"] > 3.0  # ~ln(64) at init
+    # a non-main rank takes the main rank's answer, whatever its own probe said
+    main_says_bf16 = choose_precision(r.model, 2, 16, torch.device("cpu"), share=lambda code: 1)
+    assert main_says_bf16.precision == "bf16"
