@@ -336,8 +336,10 @@ class Model:
         mem_static = sum(self._static_memory(lay)) + RESERVE * g.usable_bytes
         interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
         act_mb = L * ly["act_bytes"] * interleave
+        t_eval = eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly["fwd"] + hf, self.b.eval_overhead_s)
         out = {"ly": ly, "L": L, "hf": hf, "hb": hb, "t_f": t_f, "t_b": t_b, "p2p": p2p,
-               "dp": dp_exposed, "opt": opt, "mem_static": mem_static, "act_mb": act_mb}
+               "dp": dp_exposed, "opt": opt, "mem_static": mem_static, "act_mb": act_mb, "t_eval": t_eval,
+               "shape": (lay.pp, lay.vpp, lay.dp, lay.mbs)}
         self._stage_cache[key] = out
         return out
 
@@ -360,12 +362,21 @@ class Model:
         st = self._stage(lay)
         m = lay.microbatches
         mem = st["mem_static"] + st["act_mb"] * (min(lay.pp, m) if lay.pp > 1 else 1)
-        step = (m * (st["t_f"] + st["t_b"] + st["p2p"]) + (lay.pp - 1) / lay.vpp * (st["t_f"] + st["t_b"])
+        return self.minutes(st, lay.gbs), mem
+
+    def step_costs(self, lay: Layout) -> dict:
+        """The per-step costs of `lay`'s model-parallel shape, recompute and precision (its global
+        batch is not read): what `minutes` prices a global batch with."""
+        return self._stage(lay)
+
+    def minutes(self, st: dict, gbs: int) -> float:
+        """Predicted minutes at global batch `gbs` for the shape whose `step_costs` are `st`."""
+        pp, vpp, dp, mbs = st["shape"]
+        m = gbs // (dp * mbs)
+        step = (m * (st["t_f"] + st["t_b"] + st["p2p"]) + (pp - 1) / vpp * (st["t_f"] + st["t_b"])
                 + st["dp"] + st["opt"] + self.cal.step_overhead_s)
-        samples, _ = self._samples(lay.gbs)
-        t_eval = self._eval_time(lay, st)
-        minutes = (samples / lay.gbs * step + self.b.evals(samples, lay.gbs) * t_eval + self._fixed_s()) / 60
-        return minutes, mem
+        samples, _ = self._samples(gbs)
+        return (samples / gbs * step + self.b.evals(samples, gbs) * st["t_eval"] + self._fixed_s()) / 60
 
     def _eval_time(self, lay: Layout, st: dict) -> float:
         """One evaluation: forward only over the eval set, same layout, its own pipeline fill, and

@@ -46,12 +46,10 @@ def _gbs_candidates(model: Model, dp: int, mbs: int, fixed: int | None) -> list[
     return out
 
 
-def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
-            precision: str | None = None, fix: dict | None = None):
-    """Yield every structurally valid layout (memory not yet checked)."""
+def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
+    """(tp, cp, pp, dp, vpp, mbs, global batches) of every structurally valid layout, in the
+    order `layouts` yields them."""
     c, g = model.cfg, model.gpu
-    fix = fix or {}
-    precs = [precision] if precision else best_precision(model.cl, ceiling)
     tps = [t for t in POW2 if t <= g.nvlink_domain and c.n_head % t == 0 and c.kv_heads % t == 0
            and n_gpus % t == 0]
     # ring attention needs chunks long enough for the attention math to hide the K/V exchange
@@ -68,14 +66,23 @@ def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "f
                 vpps = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8, 12) if pp * v <= c.n_layer]
                 for vpp in vpps if "vpp" not in fix else [fix["vpp"]]:
                     for mbs in MBS if "mbs" not in fix else [fix["mbs"]]:
-                        for b in _gbs_candidates(model, dp, mbs, gbs):
-                            m = b // (dp * mbs)
-                            if vpp > 1 and m % pp:
-                                continue
-                            for rc in RECOMPUTE if "recompute" not in fix else [fix["recompute"]]:
-                                for pr in precs:
-                                    yield Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b,
-                                                 recompute=rc, precision=pr)
+                        bs = [b for b in _gbs_candidates(model, dp, mbs, gbs)
+                              if not (vpp > 1 and (b // (dp * mbs)) % pp)]
+                        if bs:
+                            yield tp, cp, pp, dp, vpp, mbs, bs
+
+
+def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
+            precision: str | None = None, fix: dict | None = None):
+    """Yield every structurally valid layout (memory not yet checked)."""
+    fix = fix or {}
+    precs = [precision] if precision else best_precision(model.cl, ceiling)
+    rcs = RECOMPUTE if "recompute" not in fix else [fix["recompute"]]
+    for tp, cp, pp, dp, vpp, mbs, bs in _shapes(model, n_gpus, gbs, fix):
+        for b in bs:
+            for rc in rcs:
+                for pr in precs:
+                    yield Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b, recompute=rc, precision=pr)
 
 
 def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
@@ -83,35 +90,51 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
            proven: set | None = None) -> SearchResult:
     """The `top` fastest fitting layouts. With `proven` (a set of (tp, pp, cp)), layouts of those
     shapes rank before all others, each group fastest first."""
-    scored: list[tuple[float, Layout]] = []
+    scored: list[tuple] = []  # (minutes, tp, pp, dp, cp, vpp, mbs, gbs, recompute, precision)
     closest: tuple[float, Layout] | None = None
     n = 0
     cap = model.capacity()
-    skip_rc: set = set()
-    for lay in layouts(model, n_gpus, gbs, ceiling, precision, fix):
-        n += 1
-        shape = (lay.tp, lay.pp, lay.vpp, lay.cp, lay.mbs, lay.gbs, lay.precision)
-        if shape in skip_rc:
-            continue  # a cheaper recompute setting already fits this shape: more recompute only costs time
-        minutes, mem = model.quick(lay)
-        if mem > cap:
-            if closest is None or mem < closest[0]:
-                closest = (mem, lay)
-            continue
-        skip_rc.add(shape)
-        scored.append((minutes, lay))
+    fix = fix or {}
+    precs = [precision] if precision else best_precision(model.cl, ceiling)
+    rcs = RECOMPUTE if "recompute" not in fix else [fix["recompute"]]
+    # the same loop as `layouts`, but each model-parallel shape's per-step costs are looked up
+    # once and only the layouts that fit memory become Layout objects: the search's inner loop
+    for tp, cp, pp, dp, vpp, mbs, bs in _shapes(model, n_gpus, gbs, fix):
+        costs = [(rc, pr, model.step_costs(Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=bs[0],
+                                                  recompute=rc, precision=pr)))
+                 for rc in rcs for pr in precs]
+        for b in bs:
+            m = b // (dp * mbs)
+            fitted: set = set()
+            for rc, pr, st in costs:
+                n += 1
+                if pr in fitted:
+                    continue  # a cheaper recompute setting already fits: more recompute only costs time
+                mem = st["mem_static"] + st["act_mb"] * (min(pp, m) if pp > 1 else 1)
+                if mem > cap:
+                    if closest is None or mem < closest[0]:
+                        closest = (mem, Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b,
+                                               recompute=rc, precision=pr))
+                    continue
+                fitted.add(pr)
+                scored.append((model.minutes(st, b), tp, pp, dp, cp, vpp, mbs, b, rc, pr))
     if proven is not None:
-        scored.sort(key=lambda x: ((x[1].tp, x[1].pp, x[1].cp) not in proven, x[0]))
+        scored.sort(key=lambda x: ((x[1], x[2], x[4]) not in proven, x[0]))
     else:
         scored.sort(key=lambda x: x[0])
-    best = [model.estimate(lay) for _, lay in scored[:top]]
+    best = [model.estimate(_layout(x)) for x in scored[:top]]
     unfit = model.estimate(closest[1]) if closest and not scored else None
     fastest = None
     if proven is not None and scored:
         quick = min(scored, key=lambda x: x[0])
-        if quick[1] != scored[0][1]:
-            fastest = model.estimate(quick[1])
+        if quick != scored[0]:
+            fastest = model.estimate(_layout(quick))
     return SearchResult(best=best, evaluated=n, closest_unfit=unfit, fastest_unranked=fastest)
+
+
+def _layout(x: tuple) -> Layout:
+    _, tp, pp, dp, cp, vpp, mbs, gbs, rc, pr = x
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, recompute=rc, precision=pr)
 
 
 def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
