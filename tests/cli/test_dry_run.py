@@ -13,7 +13,7 @@ from trainperf.model.transformer import Transformer
 from trainperf.parallel.dims import ParallelDims
 
 TINY = ["--set", "parallel.compile=false", "--set", "model.n_layer=4", "--set", "model.d_model=64",
-        "--set", "model.seq_len=64", "--set", "data.tokenizer=byte"]
+        "--set", "model.seq_len=64", "--set", "data.tokenizer=byte", "--set", "model.qk_norm=false"]
 
 
 def _dry(capsys, *argv):
