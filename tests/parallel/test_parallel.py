@@ -45,7 +45,7 @@ def _base(cache: Path) -> list[str]:
             # 125 full windows of 32 and a last one of 11 tokens: odd, so under sequence parallelism it
             # would not split over 2 ranks (the crash evaluation once had under tp=2)
             "data.eval_bytes=4011",
-            "model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.seq_len=32", "model.qk_norm=false", "train.optimizer=adamw",
+            "model.n_layer=2", "model.d_model=64", "model.n_head=4", "model.seq_len=32", "model.qk_norm=false",
             "train.global_batch_size=8", "train.micro_batch_size=4", "train.warmup_steps=2",
             "train.decay_steps=20", "train.lr=3e-3", "train.log_every=1", "train.precision=fp32",
             "eval.every_samples=32", "eval.target=0.5"]

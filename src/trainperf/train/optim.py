@@ -8,6 +8,7 @@ from contextlib import nullcontext
 import torch
 
 from trainperf.config import Recipe
+from trainperf.parallel.apply import unwrap
 from trainperf.train.muon import Muon
 
 
@@ -33,7 +34,8 @@ def muon_params(model: torch.nn.Module) -> set[int]:
     """The parameters Muon updates: the blocks' linear weight matrices. The embedding and the head
     are lookups and a classifier rather than hidden transforms (and the tied pair is both), so they
     stay with AdamW, as do the 1-D norms and biases and LoRA adapters."""
-    return {id(m.weight) for name, m in model.named_modules()
+    plain = unwrap(model)  # DDP's wrapper prefixes every name with "module."
+    return {id(m.weight) for name, m in plain.named_modules()
             if isinstance(m, torch.nn.Linear) and name.startswith("layers.") and m.weight.requires_grad}
 
 
