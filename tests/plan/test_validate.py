@@ -101,3 +101,21 @@ def test_rows_that_name_their_layout_get_a_submitted_prediction(rows):
         assert (r.submitted.layout.tp, r.submitted.layout.pp, r.submitted.layout.cp) == next(iter(r.configs)).shape
     s = summary(rows)
     assert s["held_out"]["named_layout"]["rows"] == sum(1 for r in named if not r.result.fit)
+
+
+def test_published_layouts_are_filed_under_the_model_they_train():
+    """A Llama 3.1 405B layout needs at least 16-way model parallelism (810 GB of BF16 weights
+    alone, 80-288 GB per GPU); the 8B never ran one that large. Dell's and Cisco's shared NeMo
+    folders hold both models' configs: their 8B ones (MODEL_SIZE=8b / config_common_8b.sh) must
+    not be filed as 405B."""
+    from trainperf.plan.evidence import published, submitted
+
+    for p in published():
+        if p.benchmark == "llama31_405b":
+            assert p.tp * p.pp >= 16, p.source
+        if p.benchmark == "llama31_8b":
+            assert p.tp * p.pp < 16, p.source
+    assert {c.shape for c in submitted("5.1", "Cisco", "llama31_8b", "h100", 64)} == {(1, 1, 1)}
+    assert {c.shape for c in submitted("5.1", "Cisco", "llama31_8b", "h100", 128)} == {(2, 1, 1)}
+    assert len(submitted("5.1", "Dell", "llama31_8b", "b200", 16)) == 2
+    assert not submitted("5.1", "Cisco", "llama31_405b", "h100", 64)
