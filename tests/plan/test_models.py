@@ -1,6 +1,7 @@
 """FLOPs, memory and collective formulas against hand calculations and published numbers."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -85,6 +86,53 @@ def test_optimizer_state_sharding():
     # LoRA: the frozen base only holds bf16 weights
     w, g, o = state_bytes(1e6, 1e9, dp_shard=1, precision="bf16")
     assert w == pytest.approx(2 * (1e9 + 1e6)) and g == 4e6 and o == 12e6
+
+
+def test_fp8_parameters_and_bf16_gradients():
+    """NVIDIA's Llama 3.1 code: FP8 weights only (fp8_param_gather) under FP8, BF16 gradient
+    buffers (grad_reduce_in_fp32=False); its FP4 configs turn the FP8 parameters off."""
+    w, g, _ = state_bytes(1e9, 0, dp_shard=1, precision="fp8")
+    assert (w, g) == (3e9, 4e9)  # BF16 weights + FP8 copy, FP32 gradient buffer
+    w, g, _ = state_bytes(1e9, 0, dp_shard=1, precision="fp8", fp8_params=True, grad_bytes=2)
+    assert (w, g) == (1e9, 2e9)
+    w, _, _ = state_bytes(1e9, 0, dp_shard=1, precision="fp4", fp8_params=True, grad_bytes=2)
+    assert w == 3e9
+    w, _, _ = state_bytes(1e9, 0, dp_shard=1, precision="bf16", fp8_params=True)
+    assert w == 2e9
+
+
+def test_llama31_software_settings_come_from_benchmarks_toml():
+    from trainperf.plan.workload import load_benchmark
+
+    for name in ("llama31_405b", "llama31_8b"):
+        b = load_benchmark(name)
+        assert b.fp8_param_gather and b.grad_bytes == 2
+    for name in ("gpt3_175b", "llama2_70b_lora"):
+        b = load_benchmark(name)
+        assert not b.fp8_param_gather and b.grad_bytes == 4
+
+
+def test_data_parallel_traffic_hides_behind_the_micro_batch_compute():
+    """Megatron's overlap_grad_reduce / overlap_param_gather: the gradient reduce-scatter hides
+    behind the last micro-batch's backward, the parameter all-gather (FP8 under fp8_param_gather)
+    behind the first one's forward; only what outlasts them is exposed."""
+    from trainperf.plan.calibration import load_calibration
+    from trainperf.plan.hardware import cluster
+    from trainperf.plan.perf import Layout, Model
+    from trainperf.plan.workload import load_benchmark
+
+    m = Model(load_benchmark("llama31_8b", "5.1"), cluster("b200", 64), load_calibration(), "5.1")
+    fp8 = Layout(tp=1, cp=2, dp=32, mbs=1, gbs=32, precision="fp8")
+    rs, ag = m._dp_time(fp8)
+    _, ag_fp4 = m._dp_time(replace(fp8, precision="fp4"))
+    assert ag < 0.6 * ag_fp4 and ag_fp4 == pytest.approx(rs)  # 1 byte a parameter instead of 2
+    st = m.step_costs(fp8)
+    assert st["dp"] == pytest.approx(max(0.0, rs - st["t_b"]) + max(0.0, ag - st["t_f"]))
+    slow = Model(load_benchmark("llama31_8b", "5.1"), cluster("b200", 64, network="eth_100"),
+                 load_calibration(), "5.1")
+    rs2, ag2 = slow._dp_time(fp8)
+    st2 = slow.step_costs(fp8)
+    assert rs2 > st2["t_b"] and st2["dp"] == pytest.approx(rs2 - st2["t_b"] + max(0.0, ag2 - st2["t_f"]))
 
 
 def test_collectives_follow_alpha_beta():

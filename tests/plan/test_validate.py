@@ -40,6 +40,33 @@ def test_validate_predicts_every_catalog_row(rows):
     assert s["held_out"]["mape"] < 30 and s["fit"]["mape"] < 30
 
 
+def test_held_out_error_stays_where_it_was_measured(rows):
+    """A guard on the bars as measured on 2026-12-04 (docs/plan.md): held-out MAPE 8.79% overall
+    (bar 8%, missed) and 9.1% for Llama 3.1 8B (bar: no benchmark above 12%), mean signed error
+    within +-3%. The margins let a refit move them a little, not back to 9.86% / 15.6%."""
+    s = summary(rows)["held_out"]
+    assert s["mape"] < 9.5
+    assert abs(s["mean_signed_pct"]) < 3
+    per = s["per_benchmark"]
+    assert per["llama31_8b"]["mape"] < 12 and per["llama2_70b_lora"]["mape"] < 9.5 and per["gpt3"]["mape"] < 8
+
+
+def test_llama31_405b_runs_its_published_layouts_without_recompute(rows):
+    """With FP8 parameters and BF16 gradient buffers (NVIDIA's NeMo settings, benchmarks.toml) the
+    layouts submitted for 512 H100 (NVIDIA, tp 8 pp 8 cp 2) and 512 H200 (Nebius, tp 4 pp 8 cp 2)
+    fit without recompute, as their configs ran them; with FP32 gradients and BF16+FP8 weights the
+    model needed full recompute and put them 44-50% over the published minutes."""
+    by = {(r.result.round, r.result.benchmark, r.result.submitter, r.result.n_gpus, r.result.accelerator[:11]): r
+          for r in rows}
+    h100 = by[("5.0", "llama31_405b", "NVIDIA", 512, "NVIDIA H100")]
+    L = h100.submitted.layout
+    assert (L.tp, L.pp, L.cp, L.recompute) == (8, 8, 2, "none")
+    nebius = by[("5.0", "llama31_405b", "Nebius", 512, "NVIDIA H200")]
+    L = nebius.submitted.layout
+    assert (L.tp, L.pp, L.cp, L.recompute) == (4, 8, 2, "none")
+    assert abs(nebius.submitted_error) < 0.15 and abs(h100.submitted_error) < 0.15
+
+
 def test_the_articles_anchor_rows_are_held_out(rows):
     by = {(r.result.round, r.result.benchmark, r.result.submitter, r.result.n_gpus): r for r in rows}
     gpt3 = by[("3.1", "gpt3", "Azure+NVIDIA", 10752)]

@@ -26,7 +26,7 @@ DEFAULT_EFF = 0.6
 class Calibration:
     gemm_eff: dict = field(default_factory=dict)  # generation -> achieved share of dense peak
     attn_ratio: float = 0.45  # attention kernels' FLOP/s relative to dense bf16 peak (FlashAttention-2/3: ~40-75%)
-    overlap: float = 0.7  # share of overlappable communication that compute hides
+    overlap: float = 0.7  # share of tensor-, pipeline- and context-parallel traffic that compute hides
     run_overhead_s: float = 0.0  # fixed time on the clock per run (start-up beyond the allowed init)
     step_overhead_s: float = 0.0  # per optimizer step (launch gaps, synchronisation)
     fp4_share: float = 1.0  # share of GEMM FLOPs that run at the FP4 rate when FP4 is chosen (rest FP8)

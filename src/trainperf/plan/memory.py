@@ -97,17 +97,23 @@ class Memory:
         return d
 
 
-def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str) -> tuple[float, float, float]:
+def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, fp8_params: bool = False,
+                grad_bytes: float = 4.0) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one rank's parameters.
 
-    Megatron's distributed optimizer (ZeRO-1): bf16 weights and fp32 gradient buffers stay whole,
-    the fp32 master copy and Adam's two moments (12 bytes/param) are split over the data-parallel
-    ranks. FP8/FP4 matmuls keep a low-precision copy of each trainable weight as well (+1 byte).
+    Megatron's distributed optimizer (ZeRO-1): bf16 weights and the gradient buffer (`grad_bytes`
+    per parameter: 4 for FP32 accumulation, 2 where the software reduces in BF16) stay whole, the
+    fp32 master copy and Adam's two moments (12 bytes/param) are split over the data-parallel ranks.
+    FP8/FP4 matmuls keep a low-precision copy of each trainable weight as well (+1 byte), unless
+    FP8 with `fp8_params`: then the weights live in FP8 only (Megatron's fp8_param_gather, "keep the
+    compute param in fp8 (no intermediate dtype)"), 1 byte, the master copy being the optimizer's.
+    NVIDIA's FP4 configs turn it off (v5.1 config_common_fp4.sh: FP8_PARAM_GATHER=False).
     A frozen LoRA base is held in the matmul format only (NVIDIA's MLPerf LoRA runs set fp8_params:
     1 byte; NVFP4 is 4 bits plus one FP8 scale per 16 values).
     """
-    extra = 1 if precision in ("fp8", "fp4") else 0
-    weights = trainable * (2 + extra) + frozen * FROZEN_BYTES[precision]
-    grads = trainable * 4
+    low = precision in ("fp8", "fp4")
+    per_weight = 1 if (precision == "fp8" and fp8_params) else 2 + (1 if low else 0)
+    weights = trainable * per_weight + frozen * FROZEN_BYTES[precision]
+    grads = trainable * grad_bytes
     optimizer = trainable * 12 / dp_shard
     return weights, grads, optimizer

@@ -286,7 +286,8 @@ class Model:
         base = L * p["layer"] / lay.tp + emb
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
-        w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision)
+        w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
+                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
         logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
         return w, gr, opt, logits
 
@@ -294,18 +295,20 @@ class Model:
         return self.gpu.usable_bytes
 
     def _dp_time(self, lay: Layout) -> tuple[float, float]:
-        """(reduce-scatter of gradients, all-gather of parameters) over the dp·cp group, bf16."""
+        """(reduce-scatter of BF16 gradients, all-gather of parameters) over the dp·cp group."""
         n_ranks = lay.dp * lay.cp
         if n_ranks <= 1:
             return 0.0, 0.0
         n = self._rank_params(lay) * 2
+        # parameters gathered in FP8 where the benchmark's software does so under FP8 (benchmarks.toml)
+        n_ag = n / 2 if self.b.fp8_param_gather and lay.precision == "fp8" else n
         # dp·cp ranks are strided by tp: that many share one NVLink domain
         p_in = max(1, min(n_ranks, self.gpu.nvlink_domain // lay.tp))
         while n_ranks % p_in:
             p_in -= 1
         p_out = n_ranks // p_in
         rs = comm.hier_reduce_scatter(n, p_in, p_out, self.nvl, self.nic)
-        ag = comm.hier_all_gather(n, p_in, p_out, self.nvl, self.nic)
+        ag = comm.hier_all_gather(n_ag, p_in, p_out, self.nvl, self.nic)
         return rs, ag
 
     def _stage(self, lay: Layout) -> dict:
@@ -327,10 +330,10 @@ class Model:
             link = self.nvl if lay.tp * lay.cp * lay.pp <= g.nvlink_domain else self.nic
             p2p = 2 * lay.vpp * comm.p2p(ly["tokens"] * c.d_model * 2 / lay.tp, link) * (1 - self.cal.overlap)
         rs, ag = self._dp_time(lay)
-        ov = self.cal.overlap
-        # gradients reduce while the last micro-batch runs backward, parameters gather while the
-        # first runs forward; what does not fit behind that compute is exposed
-        dp_exposed = max(0.0, rs - ov * t_b) + max(0.0, ag - ov * t_f)
+        # gradients reduce bucket by bucket while the last micro-batch runs backward, parameters
+        # gather while the first runs forward (Megatron's overlap_grad_reduce and
+        # overlap_param_gather, set in NVIDIA's MLPerf configs): hidden as far as that compute lasts
+        dp_exposed = max(0.0, rs - t_b) + max(0.0, ag - t_f)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
         mem_static = sum(self._static_memory(lay)) + RESERVE * g.usable_bytes

@@ -32,6 +32,12 @@ class Benchmark:
     first_eval_s: float = 0.0  # one-time seconds on the clock around the first evaluation
     round: str = ""  # the MLPerf round whose rules these are ('5.1')
     runs_per_result: int = 1  # a score is the olympic mean of this many runs
+    # How the submitters' software holds parameters and gradients (benchmarks.toml says where read).
+    # fp8_param_gather (Megatron's flag; NeMo's fp8_params): under FP8 matmuls the weights live in
+    # FP8 only and the distributed optimizer all-gathers them in FP8, 1 byte per parameter instead
+    # of BF16's 2 plus an FP8 copy (NVIDIA's FP4 configs turn it off).
+    fp8_param_gather: bool = False
+    grad_bytes: float = 4.0  # gradient buffer per parameter: FP32 (4), or BF16 (2, grad_reduce_in_fp32=False)
 
     @property
     def seq_len(self) -> int:
@@ -115,4 +121,6 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                      eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src,
                      eval_overhead_s=float(r.get("eval_overhead_s", 0.0)),
                      first_eval_s=float(r.get("first_eval_s", 0.0)), round=round_,
-                     runs_per_result=int(r.get("runs_per_result", 1)))
+                     runs_per_result=int(r.get("runs_per_result", 1)),
+                     fp8_param_gather=bool(r.get("fp8_param_gather", False)),
+                     grad_bytes=float(r.get("grad_bytes", 4.0)))
