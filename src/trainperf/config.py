@@ -54,7 +54,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     bias: bool = False
     # Architecture levers within the family (each off by default; Hugging Face export refuses the
-    # ones LlamaForCausalLM / GPT2LMHeadModel cannot compute):
+    # ones LlamaForCausalLM, Qwen3ForCausalLM (llama + qk_norm) or GPT2LMHeadModel cannot compute):
     # the MLP's activation: "auto" is the family's (llama: SwiGLU, gpt: GELU); "relu2" is ReLU
     # squared without a gate (Primer, So et al. 2021; modded-nanogpt), d_ff 4*d by default
     mlp_act: Literal["auto", "swiglu", "gelu", "relu2"] = "auto"
@@ -458,10 +458,6 @@ def validate(r: Recipe) -> None:
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
     _check(m.logit_softcap >= 0, "model.logit_softcap", "must be >= 0 (0: no cap)")
-    # the q/k norm weights would stay plain tensors beside DTensor shards, their gradients (from each
-    # rank's heads) unsummed over the tensor-parallel group
-    _check(not m.qk_norm or r.parallel.tp == 1, "model.qk_norm",
-           "not supported with tensor parallelism (parallel.tp > 1) yet; set model.qk_norm=false")
     _check(not m.zero_init_head or not m.tie_embeddings, "model.zero_init_head",
            "needs model.tie_embeddings = false (a zero head tied to the embedding would zero the embedding)")
     _check(m.rope_scaling_factor == 0 or m.rope_scaling_factor >= 1, "model.rope_scaling_factor",

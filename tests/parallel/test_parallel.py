@@ -59,6 +59,7 @@ def rows(out: Path, kind: str) -> dict[int, float]:
 
 # fine-tuning samples with LoRA adapters (the base frozen) on attention and MLP projections
 LORA = ["data.kind=samples", "model.lora_rank=4", "model.lora_targets=wq,wv,wo,w1,w2,w3"]
+QK = ["model.qk_norm=true"]
 
 JOBS = {
     # name: (extra overrides, steps)
@@ -89,6 +90,8 @@ JOBS = {
     # parallel, and pipeline stages holding the adapters of their own layers
     "lora_tp": (LORA + ["parallel.tp=2", "parallel.dp_shard=1", "checkpoint.every_steps=2"], 3),
     "pp_lora": (LORA + ["parallel.pp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], 3),
+    # QK-norm: its weights replicated DTensors over the head-sharded queries and keys
+    "qk_tp": (QK + ["parallel.tp=2", "parallel.dp_shard=1"], 3),
 }
 # resumed by 2 pipeline stages from the one-process reference's step-2 checkpoint
 # resumed by 2 pipeline stages from the one-process reference's step-2 checkpoint, and by tensor
@@ -106,10 +109,12 @@ JOBS4 = {
     "cp_tp": (["parallel.cp=2", "parallel.tp=2", "parallel.dp_shard=1"], STEPS),
     "pp_fsdp": (["parallel.pp=2", "train.micro_batch_size=2"], STEPS),
     "pp_tp": (["parallel.pp=2", "parallel.tp=2", "parallel.dp_shard=1", "train.micro_batch_size=2"], STEPS),
+    "qk_fsdp_tp": (QK + ["parallel.tp=2", "parallel.dp_shard=2"], 3),  # FSDP2 over the tp-replicated norms
 }
 REFERENCE = {"ddp_samples": "samples_single", "fsdp_samples": "samples_single", "cp_samples": "samples_single",
              "gpt_cp": "gpt_single", "pp_interleaved": "single4", "pp_zero_bubble": "single4",
-             "lora_tp": "lora_single", "pp_lora": "lora_single", "lora_cp_tp": "lora_single"}
+             "lora_tp": "lora_single", "pp_lora": "lora_single", "lora_cp_tp": "lora_single",
+             "qk_tp": "qk_single", "qk_fsdp_tp": "qk_single"}
 
 
 def _launch(root: Path, jobs: dict, nproc: int, cache: Path) -> None:
@@ -132,7 +137,8 @@ def runs(tmp_path_factory):
                                ("single4", ["model.n_layer=4"], STEPS),
                                ("gpt_single", ["model.family=gpt", "model.bias=true"], 3),
                                ("samples_single", ["data.kind=samples"], 3),
-                               ("lora_single", LORA + ["checkpoint.every_steps=2"], 3)):
+                               ("lora_single", LORA + ["checkpoint.every_steps=2"], 3),
+                               ("qk_single", QK, 3)):
         train(load_recipe("tiny", _base(cache) + extra), DistEnv(), RunOptions(out=root / name, max_steps=steps))
     _launch(root, {**JOBS, **RESUMED}, 2, cache)
     _launch(root, JOBS4, 4, cache)
@@ -142,7 +148,7 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
                                   "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp", "pp", "pp_gpipe",
                                   "pp_interleaved", "pp_zero_bubble", "pp_fsdp", "pp_tp", "pp_ddp", "lora_tp",
-                                  "pp_lora", "lora_cp_tp"])
+                                  "pp_lora", "lora_cp_tp", "qk_tp", "qk_fsdp_tp"])
 def test_matches_single_process(runs, name):
     ref = REFERENCE.get(name, "single")
     ref_train, ref_eval = rows(runs / ref, "train"), rows(runs / ref, "eval")

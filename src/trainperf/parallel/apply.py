@@ -157,6 +157,12 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
         }
         if getattr(block.mlp, "gated", False):
             bplan["mlp.w3"] = LoRAColwiseParallel()
+        if block.attn.q_norm is not None:
+            # q and k arrive as (B, heads/tp, T, head_dim) local shards: viewed as DTensors sharded on
+            # the head dim, the norm weight becomes a replicated DTensor whose gradient (each rank's
+            # heads contribute a partial sum) DTensor all-reduces over the tp group
+            bplan["attn.q_norm"] = SequenceParallel(sequence_dim=1, use_local_output=True)
+            bplan["attn.k_norm"] = SequenceParallel(sequence_dim=1, use_local_output=True)
         parallelize_module(block, tp_mesh, bplan)
     for name, p in model.named_parameters():
         if name in frozen:
