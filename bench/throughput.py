@@ -5,7 +5,8 @@ same batch, same precision, in one run on one machine.
 
 Per (config, implementation): tokens/s and step time (median of the timed steps after warm-up), MFU
 and the peak it is relative to, peak memory, and the ratio to the baseline of the same config.
-The baseline is a plain PyTorch loop over `LlamaForCausalLM` / `GPT2LMHeadModel` built from the same
+The baseline is a plain PyTorch loop over `LlamaForCausalLM` (`Qwen3ForCausalLM` with QK-norm) /
+`GPT2LMHeadModel` built from the same
 config with torch.optim.AdamW, the way a user would write it.
 """
 
@@ -55,11 +56,16 @@ def hf_model(cfg: ModelConfig) -> torch.nn.Module:
     import transformers as tf
 
     if cfg.family == "llama":
-        hc = tf.LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ff_dim,
-                            num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
-                            num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.seq_len,
-                            rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
-                            tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False)
+        shape = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ff_dim,
+                     num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
+                     num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.seq_len,
+                     rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
+                     tie_word_embeddings=cfg.tie_embeddings, attention_bias=False)
+        if cfg.qk_norm:  # the same function: Llama's blocks plus per-head query/key norms
+            hc = tf.Qwen3Config(**shape, head_dim=cfg.head_dim)
+            hc._attn_implementation = "sdpa"
+            return tf.Qwen3ForCausalLM(hc)
+        hc = tf.LlamaConfig(**shape, mlp_bias=False)
         hc._attn_implementation = "sdpa"
         return tf.LlamaForCausalLM(hc)
     hc = tf.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.seq_len, n_embd=cfg.d_model,

@@ -11,7 +11,8 @@ from trainperf.model import hf
 from trainperf.model.flops import forward_breakdown
 from trainperf.model.transformer import Transformer
 
-SMALL = ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=4", "model.seq_len=16"]
+SMALL = ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=4", "model.seq_len=16",
+         "model.qk_norm=false"]  # each lever on only where a test names it
 
 
 def build(*extra: str) -> Transformer:
@@ -56,12 +57,21 @@ def test_softcap_bounds_logits_and_zero_head_starts_uniform():
         load_recipe("tiny", ["model.zero_init_head=true"])
 
 
-@pytest.mark.parametrize("flag, key", [("model.qk_norm=true", "model.qk_norm"), ("model.mlp_act=relu2", "model.mlp_act"),
-                                       ("model.logit_softcap=30", "model.logit_softcap")])
-def test_hf_export_refuses_what_transformers_cannot_load(flag, key):
-    cfg = build(flag).cfg
+@pytest.mark.parametrize("flags, key", [(["model.family=gpt", "model.qk_norm=true"], "model.qk_norm"),
+                                        (["model.qk_norm=true", "model.bias=true"], "model.qk_norm"),
+                                        (["model.mlp_act=relu2"], "model.mlp_act"),
+                                        (["model.logit_softcap=30"], "model.logit_softcap")])
+def test_hf_export_refuses_what_transformers_cannot_load(flags, key):
+    cfg = build(*flags).cfg
     with pytest.raises(WeightsError, match=f"^{key}=.*cannot be exported"):
         hf.hf_config(cfg)
     with pytest.raises(WeightsError, match=f"^{key}="):
-        hf.to_hf(cfg, build(flag).state_dict())
+        hf.to_hf(cfg, build(*flags).state_dict())
+
+
+def test_hf_export_takes_the_levers_transformers_computes():
     hf.hf_config(build("model.zero_init_head=true", "model.tie_embeddings=false").cfg)  # init only: exportable
+    qk = build("model.qk_norm=true")
+    assert hf.hf_config(qk.cfg)["architectures"] == ["Qwen3ForCausalLM"]
+    assert {"model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight"} <= hf.to_hf(
+        qk.cfg, qk.state_dict()).keys()

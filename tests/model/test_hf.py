@@ -46,6 +46,18 @@ def _llama(tmp_path, shard=False, **kw):
     return model, out
 
 
+def _qwen3(tmp_path, shard=False, **kw):
+    cfg = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   max_position_embeddings=SEQ, rms_norm_eps=1e-5, rope_theta=500000.0,
+                                   tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, **kw)
+    torch.manual_seed(0)
+    model = _randomize(transformers.Qwen3ForCausalLM(cfg), 3)
+    out = tmp_path / "hf_qwen3"
+    model.save_pretrained(out, **({"max_shard_size": "20KB"} if shard else {}))
+    return model, out
+
+
 def _gpt2(tmp_path, shard=False, **kw):
     cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ,
                                   bos_token_id=None, eos_token_id=None, **kw)
@@ -60,14 +72,15 @@ def _tokens(seed=0):
     return torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt2"])
 @pytest.mark.parametrize("shard", [False, True])
 def test_imported_model_gives_transformers_logits(tmp_path, family, shard):
-    hf_model, path = (_llama if family == "llama" else _gpt2)(tmp_path, shard=shard)
+    hf_model, path = {"llama": _llama, "qwen3": _qwen3, "gpt2": _gpt2}[family](tmp_path, shard=shard)
     assert (path / "model.safetensors.index.json").is_file() == shard
     cfg, sd = read_hf_checkpoint(path)
-    if family == "llama":
+    if family in ("llama", "qwen3"):
         assert (cfg.family, cfg.n_kv_head, cfg.d_ff, cfg.rope_theta, cfg.tie_embeddings) == ("llama", 2, 48, 5e5, False)
+        assert cfg.qk_norm == (family == "qwen3")
     else:
         assert (cfg.family, cfg.bias, cfg.tie_embeddings, cfg.seq_len) == ("gpt", True, True, SEQ)
     ours = Transformer(cfg).eval()
@@ -127,9 +140,10 @@ def _saved_run(tmp_path, overrides):
 
 
 @pytest.mark.parametrize("overrides", [
-    ["model.family=llama", "model.n_kv_head=2", "model.bias=true", "model.tie_embeddings=false"],
-    ["model.family=gpt"],
-    ["model.family=gpt", "model.n_kv_head=2", "model.tie_embeddings=false"],
+    ["model.family=llama", "model.n_kv_head=2", "model.bias=true", "model.tie_embeddings=false", "model.qk_norm=false"],
+    ["model.family=llama", "model.qk_norm=true"],
+    ["model.family=gpt", "model.qk_norm=false"],
+    ["model.family=gpt", "model.n_kv_head=2", "model.tie_embeddings=false", "model.qk_norm=false"],
 ])
 def test_export_then_import_gives_the_same_tensors(tmp_path, overrides):
     model, run = _saved_run(tmp_path, overrides)
@@ -287,3 +301,16 @@ def test_cli_import_hf_writes_the_file_and_the_model_section(tmp_path, capsys):
     assert main([*args, *(a for s in shrink for a in ("--set", s))]) == 0
     assert "matches recipe gpt3_175b" in capsys.readouterr().out
     assert load_file(str(tmp_path / "x.safetensors")).keys() == load_file(str(out)).keys()
+
+
+def test_qwen3_checkpoint_needs_a_qk_norm_recipe_and_full_attention(tmp_path):
+    _, path = _qwen3(tmp_path)
+    recipe = ModelConfig(family="llama", n_layer=2, d_model=32, n_head=4, n_kv_head=2, d_ff=48, vocab_size=VOCAB,
+                         seq_len=SEQ, rope_theta=500000.0, tie_embeddings=False, qk_norm=True)
+    read_hf_checkpoint(path, like=recipe)
+    with pytest.raises(WeightsError, match=r"the checkpoint has model.qk_norm=True, the recipe False$"):
+        read_hf_checkpoint(path, like=dataclasses.replace(recipe, qk_norm=False))
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**raw, "use_sliding_window": True, "sliding_window": 8}))
+    with pytest.raises(WeightsError, match=r"use_sliding_window=True: trainperf attends over the whole causal"):
+        read_hf_config(path)

@@ -26,7 +26,7 @@ def _hf_logits(path, x, dtype=None):
         return type(model).__name__, model(x).logits
 
 
-def test_trained_run_exports_to_llama_with_same_logits(run_dir, tmp_path, capsys):
+def test_trained_run_exports_with_same_logits(run_dir, tmp_path, capsys):
     out = tmp_path / "hf"
     assert main(["export", str(run_dir), "--format", "hf", "--out", str(out)]) == 0
     assert "from_pretrained" in capsys.readouterr().out
@@ -34,7 +34,7 @@ def test_trained_run_exports_to_llama_with_same_logits(run_dir, tmp_path, capsys
     with torch.no_grad():
         ours = load_model(run_dir)(x)
     name, theirs = _hf_logits(out, x)
-    assert name == "LlamaForCausalLM"
+    assert name == "Qwen3ForCausalLM"  # tiny's QK-norm: Llama's blocks plus per-head query/key norms
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
     # the byte tokenizer becomes a plain byte-level tokenizer.json with the same ids
     tok = transformers.AutoTokenizer.from_pretrained(str(out))
@@ -43,13 +43,16 @@ def test_trained_run_exports_to_llama_with_same_logits(run_dir, tmp_path, capsys
     assert tok.decode(ByteTokenizer().encode(text)) == text
 
 
-# Layouts beyond the default: grouped-query attention, biases, an untied head, both families.
+# Layouts beyond the default: grouped-query attention, biases, an untied head, QK-norm, both families.
 CASES = {
     "llama_gqa_bias_untied": ["model.family=llama", "model.n_kv_head=2", "model.bias=true",
-                              "model.tie_embeddings=false"],
-    "gpt_tied": ["model.family=gpt"],
+                              "model.tie_embeddings=false", "model.qk_norm=false"],
+    "gpt_tied": ["model.family=gpt", "model.qk_norm=false"],
+    # the per-head query/key RMSNorm: Llama's blocks plus two norms, which is Qwen 3
+    "qwen3_qk_norm_gqa_untied": ["model.family=llama", "model.qk_norm=true", "model.n_kv_head=2",
+                                 "model.tie_embeddings=false"],
     "gpt_gqa_bias_untied": ["model.family=gpt", "model.n_kv_head=2", "model.bias=true",
-                            "model.tie_embeddings=false"],
+                            "model.tie_embeddings=false", "model.qk_norm=false"],
 }
 
 
@@ -79,7 +82,8 @@ def test_layouts_export_with_same_logits(tmp_path, case):
     with torch.no_grad():
         ours = model(x)
     name, theirs = _hf_logits(out, x)
-    assert name == ("LlamaForCausalLM" if "llama" in case else "GPT2LMHeadModel")
+    assert name == ("Qwen3ForCausalLM" if "qwen3" in case else "LlamaForCausalLM" if "llama" in case
+                    else "GPT2LMHeadModel")
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
 
 

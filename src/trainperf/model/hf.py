@@ -1,6 +1,8 @@
 """Hugging Face `transformers` checkpoints in trainperf's parameter names and back, from one name table.
 
-- llama <-> `LlamaForCausalLM`: a renaming. trainperf's RoPE uses HF Llama's rotate-half layout
+- llama <-> `LlamaForCausalLM`: a renaming; with model.qk_norm, `Qwen3ForCausalLM` (Llama's blocks
+  plus an RMSNorm over each head's queries and keys before RoPE, no biases), the same renaming plus
+  the two norms. trainperf's RoPE uses HF Llama's rotate-half layout
   (dimension i paired with i + head_dim/2), so wq and wk rows keep their order both ways.
 - gpt <-> `GPT2LMHeadModel`: GPT-2 stores its projections as Conv1D (in, out) matrices (transposed
   against nn.Linear), fuses q, k and v into `c_attn` and always has biases. Going to HF, bias-free
@@ -37,6 +39,7 @@ LLAMA_NORMS = {"attn_norm.weight": "input_layernorm.weight", "mlp_norm.weight": 
 LLAMA_PROJ = {"attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj", "attn.wv": "self_attn.v_proj",
               "attn.wo": "self_attn.o_proj", "mlp.w1": "mlp.gate_proj", "mlp.w3": "mlp.up_proj",
               "mlp.w2": "mlp.down_proj"}
+QWEN3_QK_NORMS = {"attn.q_norm.weight": "self_attn.q_norm.weight", "attn.k_norm.weight": "self_attn.k_norm.weight"}
 
 GPT2_TOP = {"tok_emb.weight": "transformer.wte.weight", "pos_emb.weight": "transformer.wpe.weight",
             "norm.weight": "transformer.ln_f.weight", "norm.bias": "transformer.ln_f.bias",
@@ -48,6 +51,13 @@ GPT2_QKV = (("attn.wq", "attn.wk", "attn.wv"), "attn.c_attn")  # Conv1D, fused a
 
 # The prefix a bare base model (LlamaModel / GPT2Model, or the original openai gpt2 upload) lacks.
 _BASE_PREFIX = {"llama": "model.", "gpt": "transformer."}
+
+
+def hf_class(cfg: ModelConfig) -> str:
+    """The transformers class that computes `cfg`'s function."""
+    if cfg.family == "gpt":
+        return "GPT2LMHeadModel"
+    return "Qwen3ForCausalLM" if cfg.qk_norm else "LlamaForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -63,12 +73,15 @@ class Rule:
 def check_exportable(cfg: ModelConfig) -> None:
     """Refuse the architecture levers the Hugging Face classes cannot compute, naming the key:
     an exported model must be the same function, not a near miss."""
-    cls = "LlamaForCausalLM" if cfg.family == "llama" else "GPT2LMHeadModel"
+    cls = hf_class(cfg)
     family_act = "swiglu" if cfg.family == "llama" else "gelu"
     if cfg.activation != family_act:
         raise WeightsError(f"model.mlp_act={cfg.mlp_act!r}: {cls}'s MLP is {family_act}; this model cannot be exported")
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.family == "gpt":
         raise WeightsError(f"model.qk_norm=true: {cls} has no query/key norm; this model cannot be exported")
+    if cfg.qk_norm and cfg.bias:
+        raise WeightsError(f"model.qk_norm=true with model.bias=true: {cls}'s MLP has no biases; "
+                           "this model cannot be exported")
     if cfg.logit_softcap > 0:
         raise WeightsError(f"model.logit_softcap={cfg.logit_softcap}: {cls} does not cap logits; "
                            "this model cannot be exported")
@@ -83,6 +96,8 @@ def rules(cfg: ModelConfig) -> list[Rule]:
         for i in range(cfg.n_layer):
             p, h = f"layers.{i}.", LLAMA_LAYER_PREFIX.format(i=i)
             top.update({p + ours: h + theirs for ours, theirs in LLAMA_NORMS.items()})
+            if cfg.qk_norm:
+                top.update({p + ours: h + theirs for ours, theirs in QWEN3_QK_NORMS.items()})
             for ours, theirs in LLAMA_PROJ.items():
                 top[f"{p}{ours}.weight"] = f"{h}{theirs}.weight"
                 if cfg.bias:
@@ -103,7 +118,7 @@ def rules(cfg: ModelConfig) -> list[Rule]:
                 out.append(Rule(f"{h}{theirs}.bias", (f"{p}{ours}.bias",), optional_bias=True))
     else:
         raise WeightsError(f"model.family={cfg.family!r}: no Hugging Face class maps to it "
-                              "(llama -> LlamaForCausalLM, gpt -> GPT2LMHeadModel)")
+                              "(llama -> LlamaForCausalLM or Qwen3ForCausalLM, gpt -> GPT2LMHeadModel)")
     if cfg.tie_embeddings:  # HF drops the tied head too, or keeps a copy of the embedding
         out = [r for r in out if r.ours != ("output.weight",)]
     return out
@@ -141,6 +156,10 @@ def to_hf(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 def hf_config(cfg: ModelConfig) -> dict:
     """config.json of the HF model that computes the same function as `cfg`."""
     check_exportable(cfg)
+    if cfg.family == "llama" and cfg.qk_norm:
+        llama = hf_config(dataclasses.replace(cfg, qk_norm=False))
+        del llama["mlp_bias"]  # Qwen3's MLP never has biases (check_exportable refused model.bias)
+        return {**llama, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "use_sliding_window": False}
     if cfg.family == "llama":
         return {
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -220,13 +239,18 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
         if not ok:
             raise WeightsError(f"{file}: {key}={raw.get(key)!r}: {why}")
 
-    if kind == "llama":
+    if kind in ("llama", "qwen3"):
         d, n_head = int(raw.get("hidden_size", 4096)), int(raw.get("num_attention_heads", 32))
         need("num_attention_heads", n_head > 0 and d % n_head == 0, f"does not divide hidden_size={d}")
         need("head_dim", raw.get("head_dim") in (None, d // n_head),
              f"trainperf's head size is hidden_size / num_attention_heads = {d // n_head}")
         need("hidden_act", raw.get("hidden_act", "silu") == "silu", "trainperf's llama MLP is SwiGLU (silu)")
         bias = bool(raw.get("attention_bias", False))
+        if kind == "qwen3":
+            need("attention_bias", not bias, "trainperf has one model.bias for attention and MLP, and Qwen3's MLP "
+                 "has none")
+            need("use_sliding_window", not raw.get("use_sliding_window", False),
+                 "trainperf attends over the whole causal context")
         need("mlp_bias", bool(raw.get("mlp_bias", False)) == bias,
              f"trainperf has one model.bias for attention and MLP (attention_bias={bias})")
         theta, rope_type, rp = _rope(raw)
@@ -247,7 +271,8 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
                           d_ff=int(raw.get("intermediate_size", 11008)), vocab_size=int(raw.get("vocab_size", 32000)),
                           seq_len=int(raw.get("max_position_embeddings", 2048)),
                           norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta, **scaling,
-                          tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias)
+                          tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias,
+                          qk_norm=kind == "qwen3")
     elif kind == "gpt2":
         d, n_head = int(raw.get("n_embd", 768)), int(raw.get("n_head", 12))
         need("n_head", n_head > 0 and d % n_head == 0, f"does not divide n_embd={d}")
@@ -263,8 +288,8 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
                           norm_eps=float(raw.get("layer_norm_epsilon", 1e-5)),
                           tie_embeddings=bool(raw.get("tie_word_embeddings", True)), bias=True)
     else:
-        raise WeightsError(f"{file}: model_type={kind!r}: trainperf reads llama (LlamaForCausalLM) and "
-                              "gpt2 (GPT2LMHeadModel) checkpoints only")
+        raise WeightsError(f"{file}: model_type={kind!r}: trainperf reads llama (LlamaForCausalLM), "
+                              "qwen3 (Qwen3ForCausalLM) and gpt2 (GPT2LMHeadModel) checkpoints only")
     return cfg, notes
 
 
@@ -334,7 +359,8 @@ def check_matches(hf: ModelConfig, model: ModelConfig, where: Path) -> None:
         checks.append(("seq_len", hf.seq_len, model.seq_len))  # learned positions: no rows past n_positions
     checks += [("tie_embeddings", hf.tie_embeddings, model.tie_embeddings), ("norm_eps", hf.norm_eps, model.norm_eps)]
     if hf.family == "llama":
-        checks += [("rope_theta", hf.rope_theta, model.rope_theta), ("bias", hf.bias, model.bias),
+        checks += [("qk_norm", hf.qk_norm, model.qk_norm),
+                   ("rope_theta", hf.rope_theta, model.rope_theta), ("bias", hf.bias, model.bias),
                    ("rope_scaling_factor", hf.rope_scaling_factor, model.rope_scaling_factor)]
         if model.rope_scaling_factor:
             checks += [(k, getattr(hf, k), getattr(model, k)) for k in

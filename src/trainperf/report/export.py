@@ -1,5 +1,6 @@
 """`trainperf export RUNDIR --format hf`: a Hugging Face checkpoint that `transformers` loads without
-custom code — `LlamaForCausalLM` for the llama family, `GPT2LMHeadModel` for the gpt family.
+custom code — `LlamaForCausalLM` for the llama family (`Qwen3ForCausalLM` with model.qk_norm),
+`GPT2LMHeadModel` for the gpt family.
 
 Weights are renamed and, where the layouts differ, rearranged so the logits are the same function
 (the name table and its layout notes: trainperf.model.hf, which `trainperf import-hf` reads back):
@@ -63,7 +64,7 @@ def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> tuple[dict, 
     table and the layout changes live in trainperf.model.hf (shared with `trainperf import-hf`)."""
     if cfg.family not in ("llama", "gpt"):
         raise ExportError(f"model.family={cfg.family!r}: transformers has no class this export maps to "
-                          f"(llama -> LlamaForCausalLM, gpt -> GPT2LMHeadModel)")
+                          f"(llama -> LlamaForCausalLM or Qwen3ForCausalLM, gpt -> GPT2LMHeadModel)")
     if cfg.family == "gpt" and cfg.n_head * cfg.head_dim != cfg.d_model:
         raise ExportError(f"model.n_head={cfg.n_head} does not divide model.d_model={cfg.d_model}; GPT-2 needs it to")
     return hf.hf_config(cfg), hf.to_hf(cfg, sd)
