@@ -1,14 +1,12 @@
 """Every layout `trainperf plan` ranks first for the four MLPerf benchmarks, on every GPU kind from 8
 to 16,384 GPUs (powers of two, and the record systems' 5,120 and 10,752), is one the trainer accepts:
 the layout applied to the recipe the way `run --layout` applies it (trainperf.layout), then the
-trainer's whole layout check, `ParallelDims.for_recipe`, on that many ranks.
-
-One refusal of config validation is a known gap of the trainer, marked xfail (not strict) so each
-case turns into a real check the moment validation accepts it: tensor parallelism with LoRA adapters."""
+trainer's whole layout check, `ParallelDims.for_recipe`, on that many ranks. Any refusal fails the
+case: the trainer has no known gaps left among these layouts."""
 
 import pytest
 
-from trainperf.config import ConfigError, load_recipe
+from trainperf.config import load_recipe
 from trainperf.errors import PlanError
 from trainperf.layout import merge_overrides, spec_of
 from trainperf.parallel.dims import ParallelDims
@@ -18,10 +16,6 @@ from trainperf.plan.hardware import gpus
 BENCHMARKS = ("gpt3_175b", "llama2_70b_lora", "llama31_405b", "llama31_8b")
 COUNTS = tuple(2**k for k in range(3, 15)) + (5120, 10752)
 GPUS = tuple(gpus())
-
-KNOWN_GAPS = {
-}
-
 
 @pytest.mark.parametrize("n", COUNTS)
 @pytest.mark.parametrize("gpu", GPUS)
@@ -34,13 +28,7 @@ def test_planners_first_layout_passes_the_trainers_check(bench, gpu, n):
     L = plan.best.layout
     spec = spec_of(L)
     del spec["precision"]  # the matmul format is not part of the layout check
-    try:
-        recipe = load_recipe(bench, merge_overrides(spec, []))
-    except ConfigError as e:
-        gap = next((why for msg, why in KNOWN_GAPS.items() if msg in str(e)), None)
-        if gap is None:
-            raise
-        pytest.xfail(f"{gap}: {L.short()}")
+    recipe = load_recipe(bench, merge_overrides(spec, []))
     dims = ParallelDims.for_recipe(recipe, n)
     assert (dims.tp, dims.pp, dims.cp, dims.dp, dims.world_size) == (L.tp, L.pp, L.cp, L.dp, n)
     geometry = dims.batch(recipe.train)

@@ -136,6 +136,10 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     from trainperf.train.metadata import run_metadata
 
     dims = ParallelDims.for_recipe(r, world)  # the trainer's whole layout check: one line, exit 2
+    if dims.cp > 1:
+        # the run asks its device and cp group (parallel.context.apply_cp); a dry run has neither
+        dims.cp_attention = ("chosen at start: ring (PyTorch context_parallel) on CUDA with NCCL where an SDPA kernel "
+                             "takes the shape, else allgather_kv")
     geometry = dims.batch(r.train)
     tokenizer = resolve_vocab(r)
     with torch.device("meta"):
