@@ -41,7 +41,8 @@ def _full(tmp_path_factory):
             "data.eval_bytes=4096", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
             "model.seq_len=32", "train.global_batch_size=8", "train.micro_batch_size=4",
             "train.warmup_steps=2", "train.decay_steps=20", "train.lr=3e-3", "train.log_every=1",
-            "train.precision=fp32", "eval.every_samples=64", "eval.target=0.5", "checkpoint.every_steps=4"]
+            "train.precision=fp32", "eval.every_samples=64", "eval.target=0.5", "checkpoint.every_steps=4",
+            "train.optimizer=adamw", "train.schedule=cosine", "model.qk_norm=false", "train.end_lr=3e-4"]
     s = train(load_recipe("tiny", base), DistEnv(), RunOptions(out=root / "full", max_steps=8))
     return root / "full", s
 

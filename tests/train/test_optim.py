@@ -73,7 +73,8 @@ def test_muon_takes_the_block_matrices_only():
     adamw, muon = opts.opts[0]
     assert muon.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.02 / r.train.lr)
     assert adamw.param_groups[0]["lr"] == 1e-3
-    r2 = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.seq_len=16"])
+    r2 = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.seq_len=16",
+                                 "train.optimizer=adamw"])
     assert len(build_optimizer(Transformer(r2.model), r2, torch.device("cpu"))) == 1  # adamw: AdamW alone
 
 
