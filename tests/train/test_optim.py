@@ -105,3 +105,19 @@ def test_probe_times_the_model_in_both_formats_and_ranks_agree():
     # a non-main rank takes the main rank's answer, whatever its own probe said
     main_says_bf16 = choose_precision(r.model, 2, 16, torch.device("cpu"), share=lambda code: 1)
     assert main_says_bf16.precision == "bf16"
+
+
+def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeypatch):
+    from trainperf.train import precision
+
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16"])
+    probed = []
+    monkeypatch.setattr(precision, "probe", lambda *a, **k: probed.append(1) or ({"fp32": 1.0, "bf16": 0.5},
+                                                                                  {"fp32": 4.0, "bf16": 4.0}))
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda: None)
+    plain = choose_precision(r.model, 2, 16, torch.device("cpu"))
+    assert (plain.precision, probed) == ("fp32", []) and "no bf16 arithmetic" in plain.reason
+    # the broadcast still runs: a rank on such a CPU takes the main rank's bf16
+    assert choose_precision(r.model, 2, 16, torch.device("cpu"), share=lambda code: 1).precision == "bf16"
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "AMX")
+    assert choose_precision(r.model, 2, 16, torch.device("cpu")).precision == "bf16" and probed == [1]

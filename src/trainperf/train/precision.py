@@ -2,14 +2,19 @@
 
 A GPU has bf16 tensor cores, so auto is bf16 there. A CPU may or may not: AMX tiles (Sapphire Rapids
 and newer) run bf16 matmuls several times faster than fp32, while a CPU without them converts bf16
-through fp32 units and is slower than plain fp32 (measured 0.62x on a 2-core AVX2 EPYC). No flag
-says which reliably across vendors, so on a CPU auto times it: a few training steps (forward and
+through fp32 units and is slower than plain fp32 (the probe measured bf16 at 0.05x fp32's speed on a
+2-core AVX2 EPYC, with compile; 0.62x eager earlier). Having bf16 instructions does not say that
+bf16 wins (AVX512-BF16 only adds dot products; small matmuls may not gain), so where the CPU has
+them (AVX512-BF16 or AMX) auto times it: a few training steps (forward and
 backward, no optimizer step) of the run's own model, micro-batch and sequence, in fp32 and under
 bf16 autocast, on random tokens during init (untimed; MLPerf lets init run the model on synthetic
 data). The faster one wins if its loss is sound: finite, and within `LOSS_RTOL` of fp32's on the
 same weights and tokens (bf16 rounds activations to 8 mantissa bits, so a difference of a few tenths
 of a percent is expected; more means the format is breaking the model). The main rank decides and
 every rank takes its answer, so all ranks run one format.
+
+A CPU with neither has nothing that could make bf16 faster, so auto takes fp32 without probing:
+the bf16 probe's three slow steps cost about 90 s of start-up on that EPYC for a known answer.
 """
 
 from __future__ import annotations
@@ -82,6 +87,16 @@ def probe(cfg: ModelConfig, batch: int, seq: int, device: torch.device, steps: i
     return seconds, loss
 
 
+def cpu_bf16_units() -> str | None:
+    """The CPU's bf16 arithmetic ("AMX", "AVX512-BF16"), or None when it has none. torch's own
+    checks (private names, present in 2.11-2.13); where they are missing, assume there may be some."""
+    checks = (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported"))
+    found = [(name, getattr(torch.cpu, fn, None)) for name, fn in checks]
+    if any(fn is None for _, fn in found):
+        return "unknown"
+    return next((name for name, fn in found if fn()), None)
+
+
 def choose_precision(cfg: ModelConfig, batch: int, seq: int, device: torch.device,
                      share: Callable[[int], int] = lambda code: code) -> PrecisionChoice:
     """auto's answer for this model on `device`. `share(code)` returns the main rank's code (a
@@ -90,11 +105,15 @@ def choose_precision(cfg: ModelConfig, batch: int, seq: int, device: torch.devic
         return PrecisionChoice("bf16", "CUDA device: bf16 tensor cores")
     with torch.device("meta"):
         n_params = sum(p.numel() for p in Transformer(cfg).parameters())
-    if n_params > MAX_PROBE_PARAMS:  # a whole copy would not fit beside the run's own model
-        return PrecisionChoice("fp32", f"{n_params / 1e9:.1f}B parameters: too large to probe a copy on the CPU")
-    seconds, loss = probe(cfg, batch, seq, device)
-    choice = pick(seconds, loss)
+    if device.type == "cpu" and cpu_bf16_units() is None:
+        choice = PrecisionChoice("fp32", "this CPU has no bf16 arithmetic (no AMX, no AVX512-BF16): bf16 would "
+                                         "run through fp32 units, so it was not probed")
+    elif n_params > MAX_PROBE_PARAMS:  # a whole copy would not fit beside the run's own model
+        choice = PrecisionChoice("fp32", f"{n_params / 1e9:.1f}B parameters: too large to probe a copy on the CPU")
+    else:
+        choice = pick(*probe(cfg, batch, seq, device))
+    # every rank takes part in the broadcast whichever way it decided, so mixed nodes cannot deadlock
     code = share(FORMATS.index(choice.precision))
     if FORMATS[code] != choice.precision:
-        choice = PrecisionChoice(FORMATS[code], "the main rank's probe", seconds, loss)
+        choice = PrecisionChoice(FORMATS[code], "the main rank's choice", choice.seconds_per_step, choice.loss)
     return choice
