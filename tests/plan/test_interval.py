@@ -34,12 +34,32 @@ def test_software_sd_removes_the_convergence_part_and_widens_for_parameters():
         interval.software_sd([0.1] * 5, [0.0] * 5, 8)
 
 
+def test_config_sd_is_the_split_conformal_quantile_of_the_scores():
+    # scores: the config spread each row needs to be inside the band; the ceil((n+1)*0.8)-th is taken
+    res = [0.05 * i for i in range(1, 10)]  # 9 rows, k = 8
+    sw, conv = 0.02, [0.01] * 9
+    scores = sorted(interval.config_score(r, c, sw) for r, c in zip(res, conv))
+    assert interval.config_sd(res, conv, sw) == scores[7]
+    # the 8th row sits exactly on its band's edge with that spread, the 9th outside
+    sd = interval.total_sd(sw, scores[7], 0.01)
+    assert interval.Z80 * sd == pytest.approx(res[7]) and interval.Z80 * sd < res[8]
+    # sign does not matter (the band is symmetric in log minutes), a row inside NVIDIA's band needs nothing
+    assert interval.config_score(-0.3, 0.01, sw) == interval.config_score(0.3, 0.01, sw)
+    assert interval.config_score(0.01, 0.01, sw) == 0.0
+    # conformal needs (n+1)*0.8 <= n
+    assert interval.config_sd([0.1] * 4, [0.0] * 4, 0.0) > 0
+    with pytest.raises(ValueError):
+        interval.config_sd([0.1] * 3, [0.0] * 3, 0.0)
+
+
 def test_plan_json_carries_the_band(capsys):
     assert main(["plan", "llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["minutes_p10"] < d["minutes_p50"] == d["minutes"] < d["minutes_p90"]
     iv = d["interval"]
-    assert iv["software_sd"] > 0 and iv["convergence_sd"] > 0
+    assert iv["software_sd"] > 0 and iv["convergence_sd"] > 0 and iv["config_sd"] > 0
+    assert iv["sd_log"] == pytest.approx(math.sqrt(iv["software_sd"] ** 2 + iv["config_sd"] ** 2
+                                                   + iv["convergence_sd"] ** 2), abs=2e-4)
     assert math.log(d["minutes_p90"] / d["minutes"]) == pytest.approx(1.2816 * iv["sd_log"], rel=1e-3)
     # known convergence: no convergence spread left
     assert main(["plan", "llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--samples", "7440", "--json"]) == 0
@@ -47,11 +67,17 @@ def test_plan_json_carries_the_band(capsys):
     assert g["interval"]["convergence_sd"] == 0 and g["interval"]["sd_log"] < iv["sd_log"]
 
 
-def test_validate_reports_coverage_per_benchmark(capsys):
+def test_validate_reports_coverage_on_the_evaluation_half(capsys):
     assert main(["plan", "validate", "--benchmark", "llama31_405b", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    h = d["summary"]["held_out"]
-    assert 0 <= h["coverage_80_pct"] <= 100 and "mean_signed_pct" in h
-    rows = [r for r in d["rows"] if r["predicted_minutes"] and r["split"] == "held_out"]
-    inside = sum(r["predicted_p10"] <= r["actual_minutes"] <= r["predicted_p90"] for r in rows)
-    assert h["coverage_80_pct"] == pytest.approx(100 * inside / len(rows), abs=0.1)
+    s = d["summary"]
+    assert "coverage_80_pct" not in s["held_out"] and "mean_signed_pct" in s["held_out"]
+    held = [r for r in d["rows"] if r["predicted_minutes"] and r["split"] == "held_out"]
+    assert {r["band_half"] for r in held} == {"calibration", "evaluation"}
+    assert all(r["band_half"] is None for r in d["rows"] if r["split"] == "fit")
+    for half, key in (("evaluation", "evaluation"), ("calibration", "band_calibration")):
+        rows = [r for r in held if r["band_half"] == half]
+        inside = sum(r["predicted_p10"] <= r["actual_minutes"] <= r["predicted_p90"] for r in rows)
+        assert s[key]["rows"] == len(rows)
+        assert s[key]["coverage_80_pct"] == pytest.approx(100 * inside / len(rows), abs=0.1)
+    assert d["calibration"]["config_sd"] > 0 and "band-calibration half" in d["calibration"]["band_calibrated_on"]

@@ -146,3 +146,100 @@ def test_published_layouts_are_filed_under_the_model_they_train():
     assert {c.shape for c in submitted("5.1", "Cisco", "llama31_8b", "h100", 128)} == {(2, 1, 1)}
     assert len(submitted("5.1", "Dell", "llama31_8b", "b200", 16)) == 2
     assert not submitted("5.1", "Cisco", "llama31_405b", "h100", 64)
+
+
+# -- the prediction band: split-conformal on one half of the held-out rows ----------------------
+
+def test_band_split_is_deterministic_and_submitter_disjoint():
+    """The held-out rows are halved by submitter name alone (SHA-256 of submitter_key, last byte
+    even: band calibration), so no submitter, alias or joint submission is on both sides, and the
+    halves are those of 2026-12-04 (53 calibration rows, 79 evaluation rows)."""
+    from trainperf.plan.validate import band_half, submitter_key
+
+    assert submitter_key("Azure+NVIDIA") == submitter_key("Azure") == "azure"
+    assert submitter_key("QCT") == submitter_key("Quanta_Cloud_Technology")
+    assert submitter_key("smc") == submitter_key("Supermicro")
+    pinned = {"Dell": "evaluation", "Oracle": "evaluation", "Nebius": "evaluation",
+              "University-of-Florida": "evaluation", "Supermicro": "calibration", "smc": "calibration",
+              "Lenovo": "calibration", "IBM+CoreWeave+NVIDIA": "calibration", "Azure+NVIDIA": "calibration",
+              "JuniperNetworks": "calibration", "QCT": "calibration"}
+    for name, half in pinned.items():
+        assert band_half(name) == half, name
+    held = [r for r in load_results() if not r.fit and gpu_for_result(r.accelerator) is not None]
+    sides: dict = {}
+    for r in held:
+        sides.setdefault(submitter_key(r.submitter), set()).add(r.band_split)
+    assert all(len(s) == 1 for s in sides.values()), sides
+    assert all(r.band_split == "fit" for r in load_results() if r.fit)
+    n_cal = sum(r.band_split == "calibration" for r in held)
+    assert (n_cal, len(held) - n_cal) == (53, 79)
+    assert sum(s == {"calibration"} for s in sides.values()) == 9
+    assert sum(s == {"evaluation"} for s in sides.values()) == 11
+
+
+def test_the_band_reads_config_sd_as_calibrate_measured_it(rows):
+    """calibration.toml's config_sd is the split-conformal score of the band-calibration rows as
+    `plan` predicts them, on the stored parameters; every estimate's band uses it."""
+    import math
+
+    from trainperf.plan import interval
+    from trainperf.plan.calibration import CALIB_FILE, parse_calibration
+
+    cal = load_calibration()
+    assert CALIB_FILE.read_text(encoding="utf-8") == cal.to_toml()  # the file is what calibrate writes
+    assert parse_calibration(cal.to_toml()) == cal
+    sel = [r for r in rows if r.estimate is not None and r.result.band_split == "calibration"]
+    assert len(sel) == 53
+    res = [math.log(r.result.minutes / r.estimate.minutes) for r in sel]
+    conv = [r.estimate.sd_convergence for r in sel]
+    q = interval.config_sd(res, conv, cal.software_sd)
+    assert cal.config_sd - 1e-4 < q <= cal.config_sd  # the quantile, rounded up to 4 decimals
+    assert cal.config_sd > 0 and cal.software_sd > 0
+    for r in rows:
+        if r.estimate is not None:
+            e = r.estimate
+            assert e.sd_config == cal.config_sd and e.sd_software == cal.software_sd
+            assert e.sd_log == pytest.approx(math.sqrt(cal.config_sd ** 2 + cal.software_sd ** 2
+                                                       + e.sd_convergence ** 2))
+
+
+def test_measure_band_reads_only_the_band_calibration_half():
+    from trainperf.plan.validate import measure_band
+
+    cal = load_calibration()
+    res = [r for r in load_results() if r.benchmark == "llama2_70b_lora" and r.round == "5.0"
+           and gpu_for_result(r.accelerator) is not None and not r.fit]
+    calib = [r for r in res if r.band_split == "calibration"]
+    evaluation = [r for r in res if r.band_split == "evaluation"]
+    assert len(calib) >= 4 and evaluation
+    a = measure_band(cal, calib)
+    b = measure_band(cal, calib + [replace(r, minutes=10 * r.minutes) for r in evaluation])
+    assert a.config_sd == b.config_sd and a.band_calibrated_on == b.band_calibrated_on
+    c = measure_band(cal, [replace(r, minutes=3 * r.minutes) for r in calib])
+    assert c.config_sd > a.config_sd
+
+
+def test_band_coverage_on_the_evaluation_half_as_measured(rows):
+    """Coverage of the 80% band on the evaluation half (rows the band was not calibrated on), as
+    measured on 2026-12-04 (docs/plan.md): overall 78.5% (62 of 79; NVIDIA's spread alone gave
+    65.8%), LoRA 89.1%, 8B 75.0%, GPT-3 1 of 2, and 405B 0 of 6: Nebius's four rows (+19% to +22%,
+    the H100 layout ranked first) and University of Florida's two (-25%, FP8 run where plan assumes
+    FP4) are the documented systematic misses. The margins allow a refit to move a row or two."""
+    s = summary(rows)
+    ev, bc = s["evaluation"], s["band_calibration"]
+    assert "coverage_80_pct" not in s["held_out"]
+    assert ev["rows"] == 79 and bc["rows"] == 53
+    assert 73 <= ev["coverage_80_pct"] <= 85  # the bar is 70-90%
+    per = ev["per_benchmark"]
+    assert 80 <= per["llama2_70b_lora"]["coverage_80_pct"] <= 92
+    assert 60 <= per["llama31_8b"]["coverage_80_pct"] <= 88
+    assert per["llama31_405b"]["coverage_80_pct"] <= 34  # a known miss: at most 2 of 6
+    # split-conformal: the calibration half holds at least ceil(0.8*54) = 44 of its 53 rows
+    assert 100 * 44 / 53 - 0.1 <= bc["coverage_80_pct"] <= 90
+    # without the configuration spread the band is NVIDIA's alone and covers far less
+    cal = load_calibration()
+    narrow = [replace(r, estimate=replace(r.estimate, sd_config=0.0)) for r in rows
+              if r.estimate is not None and r.result.band_split == "evaluation"]
+    from trainperf.plan.validate import coverage
+
+    assert coverage(narrow) < ev["coverage_80_pct"] - 8 and cal.config_sd > 0

@@ -223,11 +223,14 @@ def _validate(args) -> int:
     s = summary(rows)
     anchors, speedup = check_anchors(cal) if not args.only else ([], None)
     if args.json:
-        out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source},
+        out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source,
+                                           "software_sd": cal.software_sd, "config_sd": cal.config_sd,
+                                           "band_calibrated_on": cal.band_calibrated_on},
                "anchors": [a.to_dict() for a in anchors], "speedup": speedup, "rows": [
             {"round": r.result.round, "benchmark": r.result.benchmark, "submitter": r.result.submitter,
              "accelerator": r.result.accelerator, "gpus": r.result.n_gpus, "global_batch_size": r.result.gbs,
              "actual_minutes": r.result.minutes, "split": "fit" if r.result.fit else "held_out",
+             "band_half": None if r.result.fit else r.result.band_split,
              "predicted_minutes": round(r.estimate.minutes, 4) if r.estimate else None,
              "predicted_p10": round(r.estimate.minutes_p10, 4) if r.estimate else None,
              "predicted_p90": round(r.estimate.minutes_p90, 4) if r.estimate else None,
@@ -248,14 +251,21 @@ def _validate(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from trainperf.plan.calibration import Calibration, save_calibration
-    from trainperf.plan.validate import fit, measure_spread, summary, validate
+    from trainperf.plan.calibration import Calibration, parse_calibration, save_calibration
+    from trainperf.plan.validate import fit, measure_band, measure_spread, summary, validate
 
-    cal = measure_spread(fit(Calibration(), log=lambda m: print(m, file=sys.stderr)))
+    cal = fit(Calibration(), log=lambda m: print(m, file=sys.stderr))
+    # each spread is measured on the parameters as the file stores them (rounded), so that
+    # measuring again from calibration.toml gives the same figures
+    cal = measure_spread(parse_calibration(cal.to_toml()))
+    cal = measure_band(parse_calibration(cal.to_toml()))
     path = save_calibration(cal)
     s = summary(validate(cal, submitted=False))
+    e = s["evaluation"]
     print(f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
-          f"held-out MAPE {s['held_out']['mape']}% on {s['held_out']['rows']} rows")
+          f"held-out MAPE {s['held_out']['mape']}% on {s['held_out']['rows']} rows; band: software_sd "
+          f"{cal.software_sd:.4f} (fit rows), config_sd {cal.config_sd:.4f} ({s['band_calibration']['rows']} "
+          f"band-calibration rows), 80% band coverage {e['coverage_80_pct']}% on {e['rows']} evaluation rows")
     return 0
 
 
@@ -360,9 +370,10 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f") + {best.evals:.1f} evals "
             f"({best.eval_s / 60:.3f} min) + {best.overhead_s / 60:.3f} min fixed; "
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
-    c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (software/submitter spread "
-            f"{best.sd_software:.3f} measured on NVIDIA's results, convergence {best.sd_convergence:.3f} from the RCPs; "
-            "other submitters spread wider: `plan validate` shows the band's coverage of their results)")
+    c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (sd of log minutes {best.sd_log:.3f}: "
+            f"NVIDIA's own spread {best.sd_software:.3f}, configurations NVIDIA did not submit {best.sd_config:.3f} "
+            f"from half of the other submitters' results, convergence {best.sd_convergence:.3f} from the RCPs; "
+            "`plan validate` shows its coverage of the other half)")
     c.print(_evidence_line(plan))
     c.print(_cost_line(plan.cost))
     if explain:
@@ -431,16 +442,17 @@ def print_validation(rows, s, cal) -> None:
                   f"{e.minutes_p10:.3f}-{e.minutes_p90:.3f}{'' if inside else ' out'}", f"{100 * r.error:+.1f}%",
                   "-" if r.submitted is None else f"{100 * r.submitted_error:+.1f}%",
                   f"{e.layout.precision}" + (f" (ran {r.config_precision})" if r.config_precision else ""),
-                  "fit" if x.fit else "held-out")
+                  {"fit": "fit", "calibration": "held-out (band cal)", "evaluation": "held-out (eval)"}[x.band_split])
     c.print(t)
     skipped = [r for r in rows if r.estimate is None]
     if skipped:
         kinds = sorted({f"{r.result.accelerator} ({r.reason})" for r in skipped})
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
-    m = Table(title="error of the searched prediction: MAPE, mean signed error, share inside the 80% band")
+    m = Table(title="error of the searched prediction: MAPE, mean signed error; share inside the 80% band on the "
+                    "evaluation half of the held-out rows (the band-calibration half's is the fit of the band)")
     for col in ("benchmark", "fit rows", "fit MAPE", "fit in band", "held-out rows", "held-out MAPE",
-                "held-out signed", "held-out in band"):
-        m.add_column(col, justify="left" if col == "benchmark" else "right")
+                "held-out signed", "eval rows", "eval in band", "cal rows", "cal in band (fitted)"):
+        m.add_column(col, justify="left" if col == "benchmark" else "right", no_wrap=col == "benchmark")
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
 
     def pct(d: dict, k: str, sign: bool = False) -> str:
@@ -448,9 +460,11 @@ def print_validation(rows, s, cal) -> None:
 
     for bname in benches + ["overall"]:
         f = s["fit"] if bname == "overall" else s["fit"]["per_benchmark"].get(bname, {})
-        h = s["held_out"] if bname == "overall" else s["held_out"]["per_benchmark"].get(bname, {})
+        h, ev, bc = (s[k] if bname == "overall" else s[k]["per_benchmark"].get(bname, {})
+                     for k in ("held_out", "evaluation", "band_calibration"))
         m.add_row(bname, str(f.get("rows", 0)), pct(f, "mape"), pct(f, "coverage_80_pct"), str(h.get("rows", 0)),
-                  pct(h, "mape"), pct(h, "mean_signed_pct", True), pct(h, "coverage_80_pct"))
+                  pct(h, "mape"), pct(h, "mean_signed_pct", True), str(ev.get("rows", 0)), pct(ev, "coverage_80_pct"),
+                  str(bc.get("rows", 0)), pct(bc, "coverage_80_pct"))
     c.print(m)
     n = Table(title="rows whose submission's config names its layout: searched vs submitted-layout error")
     for col in ("benchmark", "split", "rows", "searched MAPE", "submitted MAPE", "submitted signed"):
@@ -462,8 +476,9 @@ def print_validation(rows, s, cal) -> None:
                 n.add_row(bname, split.replace("_", "-"), str(d["rows"]), f"{d['searched_mape']:.1f}%",
                           f"{d['submitted_mape']:.1f}%", f"{d['submitted_mean_signed_pct']:+.1f}%")
     c.print(n)
-    c.print(f"band: p10-p90 from software spread {cal.software_sd:.3f} (sd of log minutes, measured on the fit rows) "
-            "and each benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
+    c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
+            f"of configurations NVIDIA did not submit {cal.config_sd:.3f} ({cal.band_calibrated_on}) and each "
+            "benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
     c.print(f"calibration: {cal.fitted_on}")
 
 

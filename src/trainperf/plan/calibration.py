@@ -31,9 +31,13 @@ class Calibration:
     step_overhead_s: float = 0.0  # per optimizer step (launch gaps, synchronisation)
     fp4_share: float = 1.0  # share of GEMM FLOPs that run at the FP4 rate when FP4 is chosen (rest FP8)
     shape_half_per_tflop: float = 0.065  # GEMM dim at which a GEMM reaches half its efficiency, per dense bf16 TFLOP/s
-    # sd of log(published / predicted) that software and submitter efficiency add, measured on the
-    # fit rows after the fit (plan/interval.py); 0 = no band
+    # sd of log(published / predicted) of NVIDIA's own results, measured on the fit rows after the
+    # fit (plan/interval.py); 0 = no band
     software_sd: float = 0.0
+    # the extra spread of configurations NVIDIA did not submit, calibrated split-conformally on the
+    # band-calibration half of the held-out rows (validate.band_half); 0 = NVIDIA's spread only
+    config_sd: float = 0.0
+    band_calibrated_on: str = "not calibrated"
     fitted_on: str = "not fitted"
     fit_rows: int = 0
     source: str = "defaults"
@@ -52,7 +56,8 @@ class Calibration:
                  f"overlap = {self.overlap:.4f}", f"run_overhead_s = {self.run_overhead_s:.3f}",
                  f"step_overhead_s = {self.step_overhead_s:.5f}", f"fp4_share = {self.fp4_share:.4f}",
                  f"shape_half_per_tflop = {self.shape_half_per_tflop:.4f}",
-                 f"software_sd = {self.software_sd:.4f}", "", "[gemm_eff]"]
+                 f"software_sd = {self.software_sd:.4f}", f"config_sd = {self.config_sd:.4f}",
+                 f'band_calibrated_on = "{self.band_calibrated_on}"', "", "[gemm_eff]"]
         lines += [f"{k} = {v:.4f}" for k, v in sorted(self.gemm_eff.items())]
         return "\n".join(lines) + "\n"
 
@@ -61,14 +66,20 @@ def load_calibration(path: Path | None = None) -> Calibration:
     p = path or CALIB_FILE
     if not p.is_file():
         return Calibration()
+    return parse_calibration(p.read_text(encoding="utf-8"), str(p))
+
+
+def parse_calibration(text: str, where: str = "calibration") -> Calibration:
+    """A calibration from its TOML text; `parse_calibration(cal.to_toml())` is `cal` as stored
+    (rounded as the file rounds it)."""
     try:
-        t = tomllib.loads(p.read_text(encoding="utf-8"))
+        t = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"calibration {p}: not valid TOML ({e})") from None
+        raise ConfigError(f"calibration {where}: not valid TOML ({e})") from None
     known = {f for f in Calibration.__dataclass_fields__}
     bad = set(t) - known
     if bad:
-        raise ConfigError(f"calibration {p}: unknown keys {sorted(bad)}")
+        raise ConfigError(f"calibration {where}: unknown keys {sorted(bad)}")
     return Calibration(**t)
 
 

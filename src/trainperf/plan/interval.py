@@ -1,18 +1,21 @@
 """The prediction interval around a predicted time-to-train.
 
-A published score differs from the model's minutes for two reasons the model does not see:
-- **software and submitter efficiency**: how well this software stack, on this system, reaches the
-  step time the model prices. Its spread is measured on the fit rows only (NVIDIA's own results):
-  the standard deviation of log(published / predicted) after the fit, widened by sqrt(n/(n-k)) for
-  the k fitted parameters, less the part the convergence spread below already explains;
+A published score differs from the model's minutes for three reasons the model does not see:
+- **NVIDIA's software spread** (`software_sd`): how far NVIDIA's own results, the fit rows, lie
+  from the model: the standard deviation of log(published / predicted) after the fit, widened by
+  sqrt(n/(n-k)) for the k fitted parameters, less the part the convergence spread below explains;
+- **the spread of configurations NVIDIA did not submit** (`config_sd`): other submitters' systems,
+  sizes, software versions and layouts scatter more around the model than NVIDIA's rows do (on the
+  same system in the same round submitters differ little, so this is mostly the model's error away
+  from its fit rows). It is calibrated split-conformally on one half of the held-out rows, split by
+  submitter (validate.band_half); coverage is reported on the other half only;
 - **convergence**: a score is the olympic mean of `runs_per_result` runs, each converging in a
   different number of samples. The seed-to-seed spread comes from the RCP files (the reference's
   own runs at each batch size); the olympic mean of n runs of a normal spread keeps a share of its
   variance (0.449 for 3 runs, 0.105 for 10: 2,000,000 seeded draws).
 
-Both are taken as normal in log-minutes, so the band is minutes · exp(±1.2816·sd) for 10% and 90%.
-The fit rows are all NVIDIA's, so the software term is NVIDIA's spread around the model, not the
-spread between submitters: `plan validate` reports how much of the held-out rows the band covers.
+All three are taken as independent normal spreads in log-minutes, so the band is
+minutes · exp(±1.2816·sd) for 10% and 90% with sd = sqrt(software² + config² + convergence²).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 from trainperf.plan.rcp import seed_spread
 
 Z80 = 1.2816  # standard normal 90th percentile: p10..p90 is an 80% band
+COVER = 0.8  # the band's nominal coverage
 OLYMPIC_VAR_SHARE = {3: 0.449, 10: 0.105}  # variance of the olympic mean of n unit-normal draws
 
 
@@ -37,8 +41,8 @@ def convergence_sd(mlperf: str, ruleset: str, runs: int) -> float:
     return seed_spread(mlperf, ruleset) * math.sqrt(olympic_var_share(runs))
 
 
-def total_sd(software_sd: float, conv_sd: float) -> float:
-    return math.sqrt(software_sd ** 2 + conv_sd ** 2)
+def total_sd(*sds: float) -> float:
+    return math.sqrt(sum(s * s for s in sds))
 
 
 def band(minutes: float, sd: float) -> tuple[float, float]:
@@ -57,3 +61,25 @@ def software_sd(log_residuals: list[float], conv_sds: list[float], n_params: int
     var = sum((r - mu) ** 2 for r in log_residuals) / (n - n_params)
     conv = sum(c * c for c in conv_sds) / n
     return math.sqrt(max(0.0, var - conv))
+
+
+def config_score(log_residual: float, conv_sd: float, software: float) -> float:
+    """The smallest configuration spread whose band (with `software` and this row's convergence
+    spread) still contains a row `log_residual` = log(published / predicted) away: the row's
+    conformity score. The band is not re-centred, so a bias of the model counts against it."""
+    need = (log_residual / Z80) ** 2 - software ** 2 - conv_sd ** 2
+    return math.sqrt(max(0.0, need))
+
+
+def config_sd(log_residuals: list[float], conv_sds: list[float], software: float, cover: float = COVER) -> float:
+    """Split-conformal configuration spread from the band-calibration rows: the
+    ceil((n+1)·cover)-th smallest conformity score. Bands built with it contain a new row that is
+    exchangeable with the calibration rows with probability at least `cover` (and, the scores
+    being continuous, at most cover + 1/(n+1))."""
+    n = len(log_residuals)
+    k = math.ceil(round((n + 1) * cover, 9))  # round: a product a hair above an integer is that integer
+    if k > n:
+        raise ValueError(f"interval: {n} band-calibration rows are too few for a {100 * cover:.0f}% band "
+                         f"(split-conformal needs at least {math.ceil(cover / (1 - cover))})")
+    scores = sorted(config_score(r, c, software) for r, c in zip(log_residuals, conv_sds, strict=True))
+    return scores[k - 1]

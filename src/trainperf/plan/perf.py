@@ -73,13 +73,14 @@ class Estimate:
     train_s: float
     eval_s: float
     overhead_s: float
-    sd_software: float = 0.0  # log-minutes spread from software/submitter efficiency (plan/interval.py)
+    sd_software: float = 0.0  # log-minutes spread of NVIDIA's own results around the model (plan/interval.py)
+    sd_config: float = 0.0  # log-minutes spread of configurations NVIDIA did not submit (plan/interval.py)
     sd_convergence: float = 0.0  # log-minutes spread from samples to converge (0 when they are given)
     evidence: object = None  # plan/evidence.py Published: a submission that ran this (tp, pp, cp); None: none did
 
     @property
     def sd_log(self) -> float:
-        return interval.total_sd(self.sd_software, self.sd_convergence)
+        return interval.total_sd(self.sd_software, self.sd_config, self.sd_convergence)
 
     @property
     def minutes_p10(self) -> float:
@@ -102,6 +103,7 @@ class Estimate:
             "minutes": round(self.minutes, 4), "minutes_p10": round(self.minutes_p10, 4),
             "minutes_p50": round(self.minutes, 4), "minutes_p90": round(self.minutes_p90, 4),
             "interval": {"sd_log": round(self.sd_log, 4), "software_sd": round(self.sd_software, 4),
+                         "config_sd": round(self.sd_config, 4),
                          "convergence_sd": round(self.sd_convergence, 4)},
             "evidence": (None if self.evidence is None else {
                 "submitter": self.evidence.submitter, "round": self.evidence.round, "gpus": self.evidence.gpus,
@@ -417,7 +419,7 @@ class Model:
                         capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
                         rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
                         evals=evals, train_s=samples / lay.gbs * step, eval_s=evals * self._eval_time(lay, st),
-                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd,
+                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd, sd_config=self.cal.config_sd,
                         sd_convergence=self.sd_conv)
 
 
