@@ -59,7 +59,11 @@ def test_reaches_easy_target_with_success(small_recipe, tmp_path):
     assert aborted.tokens_to_target is None and aborted.model_flops_to_target is None
 
 
-def test_muon_and_wsd_train_and_log_what_ran(small_recipe, tmp_path):
+def test_muon_and_wsd_train_and_log_what_ran(small_recipe, tmp_path, monkeypatch):
+    from trainperf.train import precision
+
+    # the probe's path on any CPU: one without bf16 arithmetic would take fp32 without timing
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "AMX")
     s = train(small_recipe("train.optimizer=muon", "train.schedule=wsd", "train.precision=auto"), DistEnv(),
               RunOptions(out=tmp_path / "m", max_steps=16))
     losses = _losses(tmp_path / "m")
