@@ -329,6 +329,19 @@ def fitted_params(results: list[Result]) -> list[str]:
     return [n for n in PARAMS if not n.startswith("eff:") or n[4:] in gens]
 
 
+def _log_residuals(pred: Predictor, rows: list[Result]) -> tuple[list[float], list[float], list[Result]]:
+    """log(published / predicted) and the prediction's convergence spread for each row the model can
+    predict, and those rows."""
+    res, conv, used = [], [], []
+    for r in rows:
+        row = pred.predict(r)
+        if row.estimate is not None:
+            res.append(math.log(r.minutes / row.estimate.minutes))
+            conv.append(row.estimate.sd_convergence)
+            used.append(r)
+    return res, conv, used
+
+
 def measure_spread(calib: Calibration, results: list[Result] | None = None) -> Calibration:
     """`calib` with `software_sd` measured on the fit rows (plan/interval.py); held-out rows are
     not read."""
@@ -336,13 +349,7 @@ def measure_spread(calib: Calibration, results: list[Result] | None = None) -> C
 
     allr = results if results is not None else load_results()
     fit_rows = [r for r in allr if r.fit]
-    pred = Predictor(replace(calib, software_sd=0.0))
-    res, conv = [], []
-    for r in fit_rows:
-        row = pred.predict(r)
-        if row.estimate is not None:
-            res.append(math.log(r.minutes / row.estimate.minutes))
-            conv.append(row.estimate.sd_convergence)
+    res, conv, _ = _log_residuals(Predictor(replace(calib, software_sd=0.0)), fit_rows)
     try:
         sd = interval.software_sd(res, conv, len(fitted_params(allr)))
     except ValueError as e:
@@ -358,14 +365,8 @@ def measure_band(calib: Calibration, results: list[Result] | None = None) -> Cal
 
     allr = results if results is not None else load_results()
     rows = [r for r in allr if r.band_split == "calibration"]
-    pred = Predictor(replace(calib, config_sd=0.0))
-    res, conv, subs = [], [], set()
-    for r in rows:
-        row = pred.predict(r)
-        if row.estimate is not None:
-            res.append(math.log(r.minutes / row.estimate.minutes))
-            conv.append(row.estimate.sd_convergence)
-            subs.add(submitter_key(r.submitter))
+    res, conv, used = _log_residuals(Predictor(replace(calib, config_sd=0.0)), rows)
+    subs = {submitter_key(r.submitter) for r in used}
     try:
         sd = interval.config_sd(res, conv, calib.software_sd)
     except ValueError as e:
