@@ -134,8 +134,11 @@ def test_published_layouts_rank_first_unless_explore(capsys):
     argv = ["llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--round", "4.1", "--gbs", "64"]
     d = run_json(capsys, *argv)
     x = run_json(capsys, *argv, "--explore")
-    # nobody published tp 1 x cp 8 on Hopper: the model's fastest comes second to NVIDIA's tp 4 x cp 2
-    assert (d["layout"]["tp"], d["layout"]["cp"]) == (4, 2) and d["evidence"]["submitter"] == "NVIDIA"
+    # nobody published tp 1 x cp 8 on Hopper: the model's fastest comes second to tp 4 x cp 2, which
+    # NVIDIA ran in v4.1 and others in v4.0 (the evidence closest in GPU count: Dell's 512-GPU v4.0)
+    assert (d["layout"]["tp"], d["layout"]["cp"]) == (4, 2)
+    ev = d["evidence"]
+    assert ev["round"] == "4.0" or (ev["round"] == "4.1" and ev["submitter"] == "NVIDIA")
     assert "github.com" in d["evidence"]["source"]
     assert x["evidence"] is None and x["minutes"] < d["minutes"]
     assert d["fastest_unpublished"]["minutes"] == pytest.approx(x["minutes"])
@@ -169,3 +172,19 @@ def test_sweep_plot_with_cost_panel(capsys, tmp_path):
                  "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert png.read_bytes()[:4] == b"\x89PNG" and all(p["cost"]["cost_usd"] > 0 for p in d)
+
+
+def test_formats_nvidia_ran_on_the_gpu_kind_rank_first(capsys):
+    """v5.1: NVIDIA ran the 405B in FP8 on the HGX B200 (FP4 only on GB200/GB300), so the plan for a
+    B200 leads with FP8 and names the faster FP4 layout as unpublished; --explore ranks by time."""
+    argv = ["llama31_405b", "--gpu", "b200", "--gpus", "512", "--round", "5.1"]
+    d = run_json(capsys, *argv)
+    assert d["layout"]["precision"] == "fp8" and d["formats_published"] == ["fp8"]
+    assert d["fastest_unpublished"]["layout"]["precision"] == "fp4"
+    x = run_json(capsys, *argv, "--explore")
+    assert x["layout"]["precision"] == "fp4" and x["minutes"] < d["minutes"]
+    g = run_json(capsys, "llama31_405b", "--gpu", "gb200", "--gpus", "512", "--round", "5.1")
+    assert g["layout"]["precision"] == "fp4" and "fp4" in g["formats_published"]
+    # no NVIDIA LoRA config on B200 in v5.1: no format is preferred
+    lo = run_json(capsys, "llama2_70b_lora", "--gpu", "b200", "--gpus", "8", "--round", "5.1")
+    assert lo["formats_published"] is None and lo["layout"]["precision"] == "fp4"

@@ -170,3 +170,56 @@ def test_nvidias_published_lora_layouts_fit_and_are_near_the_best(gpu, n, lay):
     assert theirs.fits, theirs.memory.as_gb()
     best = search(m, n, gbs=lay.gbs, ceiling="fp8", top=1).best[0]
     assert best.minutes <= theirs.minutes < 1.2 * best.minutes
+
+
+def test_evidence_is_what_was_public_under_the_round():
+    """A plan under round R counts NVIDIA's configurations up to R and anyone's from before R: a
+    v5.0 plan never sees a v5.1 configuration, nor another submitter's v5.0 one."""
+    from trainperf.plan.evidence import envelope, proven_precisions, published
+
+    for shape, pubs in envelope("llama31_405b", "hopper", "5.0").items():
+        assert all(p.round == "5.0" and p.submitter == "NVIDIA" for p in pubs), shape
+    v51 = envelope("llama31_405b", "hopper", "5.1")
+    # Nebius ran tp 4 pp 8 cp 2 on H200 in v5.0: public evidence for v5.1, not for v5.0
+    assert (4, 8, 2) in v51 and (4, 8, 2) not in envelope("llama31_405b", "hopper", "5.0")
+    assert any(p.submitter == "Nebius" and p.round == "5.0" for p in v51[(4, 8, 2)])
+    everything = envelope("llama31_405b", "hopper")
+    assert sum(map(len, everything.values())) == sum(
+        1 for p in published() if p.benchmark == "llama31_405b" and p.gpu_family == "hopper")
+    assert proven_precisions("llama31_405b", "b200", "5.1") == {"fp8"}
+    assert proven_precisions("llama31_405b", "gb300", "5.1") == {"fp8", "fp4"}
+    assert proven_precisions("llama31_8b", "b300", "5.1") is None
+
+
+def test_pipeline_split_counting_embedding_and_loss():
+    """NeMo's ASYM_PP_EMBED/ASYM_PP_LOSS (all NVIDIA 405B configs): 126 layers + embedding + loss
+    = 128 slots over pp 8 x vpp 8, 16 layers on a middle rank, 15 plus the output layer on the
+    last; without it the last rank holds 16 layers and the output layer."""
+    from dataclasses import replace
+
+    cal = Calibration()
+    b = load_benchmark("llama31_405b", "5.1")
+    assert b.pp_split_counts_embedding_and_loss
+    asym = Model(b, cluster("h100", 512), cal, "5.1")
+    plain = Model(replace(b, pp_split_counts_embedding_and_loss=False), cluster("h100", 512), cal, "5.1")
+    lay = Layout(tp=8, pp=8, vpp=8, dp=4, cp=2, mbs=1, gbs=1152, precision="fp8")
+    assert asym.stage_layers(lay) == plain.stage_layers(lay) == 16
+    a, p = asym.step_costs(lay), plain.step_costs(lay)
+    ly = a["ly"]
+    hf, hb = asym._head(lay.tp, lay.cp, lay.mbs, lay.precision)
+    layer = ly["fwd"] + ly["bwd"]
+    # 1F1B runs at the pace of the slower of a middle rank and the last one
+    assert a["t_f"] + a["t_b"] == pytest.approx(max(16 * layer, 15 * layer + hf + hb))
+    assert p["t_f"] + p["t_b"] == pytest.approx(16 * layer + hf + hb)
+    assert asym.estimate(lay).step_time_s < plain.estimate(lay).step_time_s
+    # MLPerf's 405B has a 32,768-entry vocabulary: its output layer costs less than a layer, so a
+    # middle rank is the slowest; an output layer dearer than a layer leaves the last rank slowest
+    assert a["L"] == 16 and a["hf"] == 0.0
+    assert asym._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 0.5, 1.0) == (16, False)
+    assert asym._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 2.0, 4.0) == (15, True)
+    assert plain._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 0.5, 1.0) == (16, True)
+    # at vpp 4 (128 / 32 = 4 slots per virtual stage) the split still holds 16 layers per rank
+    assert asym.stage_layers(replace(lay, vpp=4)) == 16
+    # without pipeline parallelism the accounting changes nothing
+    flat = Layout(tp=8, pp=1, dp=32, cp=2, mbs=1, gbs=1152, precision="fp8")
+    assert asym.stage_layers(flat) == plain.stage_layers(flat) == 126

@@ -41,14 +41,16 @@ def test_validate_predicts_every_catalog_row(rows):
 
 
 def test_held_out_error_stays_where_it_was_measured(rows):
-    """A guard on the bars as measured on 2026-12-04 (docs/plan.md): held-out MAPE 8.79% overall
-    (bar 8%, missed) and 9.1% for Llama 3.1 8B (bar: no benchmark above 12%), mean signed error
-    within +-3%. The margins let a refit move them a little, not back to 9.86% / 15.6%."""
+    """A guard on the bars as measured on 2026-12-04 (docs/plan.md): held-out MAPE 8.41% overall
+    (bar 8%, missed), 9.3% for Llama 3.1 8B and 7.5% for the 405B (bar: no benchmark above 12%),
+    mean signed error within +-3%. The margins let a refit move them a little, not back to 8.79% /
+    13.5% (before the embedding/loss pipeline split, round-aware evidence and published formats)."""
     s = summary(rows)["held_out"]
-    assert s["mape"] < 9.5
+    assert s["mape"] < 8.8
     assert abs(s["mean_signed_pct"]) < 3
     per = s["per_benchmark"]
     assert per["llama31_8b"]["mape"] < 12 and per["llama2_70b_lora"]["mape"] < 9.5 and per["gpt3"]["mape"] < 8
+    assert per["llama31_405b"]["mape"] < 10
 
 
 def test_llama31_405b_runs_its_published_layouts_without_recompute(rows):
@@ -221,10 +223,10 @@ def test_measure_band_reads_only_the_band_calibration_half():
 
 def test_band_coverage_on_the_evaluation_half_as_measured(rows):
     """Coverage of the 80% band on the evaluation half (rows the band was not calibrated on), as
-    measured on 2026-12-04 (docs/plan.md): overall 78.5% (62 of 79; NVIDIA's spread alone gave
-    65.8%), LoRA 89.1%, 8B 75.0%, GPT-3 1 of 2, and 405B 0 of 6: Nebius's four rows (+19% to +22%,
-    the H100 layout ranked first) and University of Florida's two (-25%, FP8 run where plan assumes
-    FP4) are the documented systematic misses. The margins allow a refit to move a row or two."""
+    measured on 2026-12-04 (docs/plan.md): overall 83.5% (66 of 79), LoRA 89.1%, 8B 75.0%, GPT-3 1
+    of 2, and 405B 4 of 6: Nebius's two v5.0 rows (+20%: the first 405B round, where the only public
+    Hopper layout was NVIDIA's H100 tp 8) are the documented systematic misses. The margins allow a
+    refit to move a row or two."""
     s = summary(rows)
     ev, bc = s["evaluation"], s["band_calibration"]
     assert "coverage_80_pct" not in s["held_out"]
@@ -233,7 +235,7 @@ def test_band_coverage_on_the_evaluation_half_as_measured(rows):
     per = ev["per_benchmark"]
     assert 80 <= per["llama2_70b_lora"]["coverage_80_pct"] <= 92
     assert 60 <= per["llama31_8b"]["coverage_80_pct"] <= 88
-    assert per["llama31_405b"]["coverage_80_pct"] <= 34  # a known miss: at most 2 of 6
+    assert 50 <= per["llama31_405b"]["coverage_80_pct"] <= 84  # 3 to 5 of 6
     # split-conformal: the calibration half holds at least ceil(0.8*54) = 44 of its 53 rows
     assert 100 * 44 / 53 - 0.1 <= bc["coverage_80_pct"] <= 90
     # without the configuration spread the band is NVIDIA's alone and covers far less

@@ -315,6 +315,9 @@ def _evidence_line(plan) -> str:
     else:
         s = (f"layout evidence: none; no {plan.cluster.gpu.generation} submission ran tp {best.layout.tp} pp {best.layout.pp} "
              f"cp {best.layout.cp}, so this rests on the model alone")
+    if plan.formats and not plan.explore:
+        s += (f"; formats: NVIDIA ran {plan.bench.mlperf} in {'/'.join(sorted(plan.formats))} on "
+              f"{plan.cluster.gpu.key} in v{plan.bench.round}, ranked first")
     if fast is not None:
         s += (f"; faster by the model but unpublished: {fast.layout.short()} {fast.minutes:.3f} min "
               "(--explore ranks it first)")

@@ -10,7 +10,7 @@ from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
 from trainperf.plan.convergence import Convergence
 from trainperf.plan.cost import Cost, cost_of
-from trainperf.plan.evidence import envelope, evidence
+from trainperf.plan.evidence import envelope, evidence, proven_precisions
 from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
@@ -29,6 +29,7 @@ class Plan:
     explore: bool = False
     price: float | None = None  # USD per GPU-hour
     pue: float | None = None
+    formats: frozenset | None = None  # formats NVIDIA ran the benchmark in on this GPU kind this round
 
     @property
     def cost(self) -> Cost:
@@ -52,7 +53,10 @@ class Plan:
                              "source": f"RCP mean ({b.rcp_ruleset})"}),
             "layouts": [e.to_dict() for e in self.result.best[1:]],
             "ranking": "predicted time only (--explore)" if self.explore else
-                       "layouts NVIDIA published for this GPU family first, then the rest",
+                       "layouts published for this GPU family first (NVIDIA's up to this round, others' "
+                       "from earlier rounds), then the rest; within each, formats NVIDIA ran on this GPU "
+                       "kind this round first",
+            "formats_published": sorted(self.formats) if self.formats else None,
             "fastest_unpublished": (self.result.fastest_unranked.to_dict()
                                     if self.result.fastest_unranked is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
@@ -104,10 +108,12 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
         raise ConfigError(f"--gbs: must be >= 1, got {gbs}")
     t0 = time.perf_counter()
     proven = None if explore else proven_shapes(b, cl)
-    res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven)
+    formats = None if explore else proven_precisions(b.mlperf, cl.gpu.key, b.round)
+    res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven,
+                 proven_precisions=formats)
     dt = time.perf_counter() - t0
     for e in res.best + [x for x in (res.fastest_unranked,) if x is not None]:
-        e.evidence = evidence(b.mlperf, cl.gpu.generation, e.layout.tp, e.layout.pp, e.layout.cp, n_gpus)
+        e.evidence = evidence(b.mlperf, cl.gpu.generation, e.layout.tp, e.layout.pp, e.layout.cp, n_gpus, b.round)
     if not res.best:
         if res.closest_unfit is not None:
             lay = res.closest_unfit.layout
@@ -122,12 +128,13 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
                         f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
                         f"dp*mbs must divide the global batch)")
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {},
-                convergence=convergence, explore=explore, price=price, pue=pue)
+                convergence=convergence, explore=explore, price=price, pue=pue, formats=formats)
 
 
 def proven_shapes(b: Benchmark, cl: Cluster) -> set:
-    """(tp, pp, cp) that NVIDIA's published configurations ran for this benchmark on this GPU family."""
-    return set(envelope(b.mlperf, cl.gpu.generation))
+    """(tp, pp, cp) published for this benchmark on this GPU family, as evidence under the rules of
+    the benchmark's round (plan/evidence.py)."""
+    return set(envelope(b.mlperf, cl.gpu.generation, b.round))
 
 
 def speedup_factors(fast: Estimate, slow: Estimate) -> dict:

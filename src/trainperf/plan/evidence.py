@@ -1,4 +1,4 @@
-"""Which parallel layouts published MLPerf submissions ran, per benchmark and GPU family.
+"""Which parallel layouts and formats published MLPerf submissions ran, per benchmark and GPU.
 
 `data/published_layouts.csv` lists the tensor-, pipeline- and context-parallel sizes named in the
 configuration scripts (`config_<system>_<nodes>x<gpus>x<batch>xtp<T>pp<P>cp<C>.sh`, GPT-3's
@@ -7,12 +7,17 @@ repositories v3.1-v5.1, each with its link. `precision` is fp4 where the name or
 mentions FP4 (NVIDIA's FP4 configs source `config_common_fp4.sh`), fp8 where the script mentions
 FP8 or sources the NeMo `config_common.sh` that sets `FP8=True`.
 
-The search ranks layouts whose (tp, pp, cp) NVIDIA published for the GPU family above those it
-did not, unless asked to explore: the model has no term for what makes untried layouts slow
+The search ranks layouts whose (tp, pp, cp) was published for the GPU family above those that were
+not, unless asked to explore: the model has no term for what makes untried layouts slow
 (ring-attention hops on short chunks, small GEMMs at tp 1 with a huge dp), so a layout no one ran
-rests on the model alone. NVIDIA's configurations are used because NVIDIA's results are the fit
-rows; the other submitters' are kept for `plan validate`'s submitted-layout column, never for the
-ranking of held-out rows.
+rests on the model alone. What counts as published for a plan under the rules of round R: NVIDIA's
+configurations of R and before (NVIDIA's results are the fit rows), and any submitter's of an
+earlier round (public before R's results were). A held-out row is never ranked by its own round's
+configurations, nor by a later round's.
+
+Formats the same way, per GPU kind: where NVIDIA published the benchmark on that GPU kind in R,
+the formats it ran there rank first (in v5.1 it ran the 405B in FP4 on GB200 and GB300, in FP8 on
+the HGX B200); where it did not, no format is preferred.
 """
 
 from __future__ import annotations
@@ -62,22 +67,47 @@ def published() -> tuple[Published, ...]:
     return tuple(out)
 
 
+def round_key(r: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in r.lstrip("v").split("."))
+
+
+def _counts(p: Published, round_: str | None) -> bool:
+    """Whether `p` is evidence for a plan under round `round_` (None: every published round): an
+    evidence submitter's configuration of that round or before, or any submitter's from an earlier
+    round (public before the round's results were)."""
+    if round_ is None:
+        return True
+    r, at = round_key(p.round), round_key(round_)
+    return r < at or (r == at and p.submitter in EVIDENCE_SUBMITTERS)
+
+
 @functools.lru_cache(maxsize=None)
-def envelope(benchmark: str, family: str) -> dict[tuple[int, int, int], tuple[Published, ...]]:
-    """(tp, pp, cp) -> the evidence-submitters' configurations that ran it on this GPU family."""
+def envelope(benchmark: str, family: str, round_: str | None = None) -> dict[tuple[int, int, int], tuple[Published, ...]]:
+    """(tp, pp, cp) -> the published configurations that ran it on this GPU family, as evidence for
+    a plan under `round_` (see `_counts`)."""
     out: dict = {}
     for p in published():
-        if p.benchmark == benchmark and p.gpu_family == family and p.submitter in EVIDENCE_SUBMITTERS:
+        if p.benchmark == benchmark and p.gpu_family == family and _counts(p, round_):
             out.setdefault(p.shape, []).append(p)
     return {k: tuple(v) for k, v in out.items()}
 
 
-def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int) -> Published | None:
+def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int,
+             round_: str | None = None) -> Published | None:
     """The published configuration closest in GPU count with this (tp, pp, cp), or None."""
-    cands = envelope(benchmark, family).get((tp, pp, cp))
+    cands = envelope(benchmark, family, round_).get((tp, pp, cp))
     if not cands:
         return None
     return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round))
+
+
+def proven_precisions(benchmark: str, gpu: str, round_: str) -> frozenset[str] | None:
+    """The matmul formats NVIDIA ran `benchmark` in on GPU kind `gpu` in round `round_`, or None
+    when it published no configuration of it there (then no format is preferred)."""
+    out = frozenset(p.precision for p in published() if p.benchmark == benchmark and p.gpu == gpu
+                    and p.submitter in EVIDENCE_SUBMITTERS and p.precision
+                    and round_key(p.round) == round_key(round_))
+    return out or None
 
 
 def submitted(round_: str, submitter: str, benchmark: str, gpu: str, n_gpus: int) -> list[Published]:

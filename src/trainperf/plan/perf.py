@@ -265,8 +265,24 @@ class Model:
 
     # -- a whole layout ----------------------------------------------------------------------
     def stage_layers(self, lay: Layout) -> int:
-        """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere)."""
-        return math.ceil(self.cfg.n_layer / (lay.pp * lay.vpp)) * lay.vpp
+        """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere). When
+        the split counts the embedding and the loss as a layer each, a middle rank holds the most."""
+        slots = self.cfg.n_layer + (2 if self._asym(lay) else 0)
+        return math.ceil(slots / (lay.pp * lay.vpp)) * lay.vpp
+
+    def _asym(self, lay: Layout) -> bool:
+        return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
+
+    def _slowest_stage(self, lay: Layout, ly: dict, hf: float, hb: float) -> tuple[int, bool]:
+        """(layers, whether it holds the output layer) of the pipeline rank with the most work per
+        micro-batch: in 1F1B the slowest rank sets the pace. Without the embedding/loss accounting
+        that is the last rank, with the busiest share of layers and the output layer; with it the
+        last rank gives up a layer for the output layer, and a middle rank may be the slower one."""
+        L = self.stage_layers(lay)
+        if not self._asym(lay):
+            return L, True
+        last = (L - 1) * (ly["fwd"] + ly["bwd"]) + hf + hb
+        return (L - 1, True) if last > L * (ly["fwd"] + ly["bwd"]) else (L, False)
 
     def memory(self, lay: Layout) -> Memory:
         st = self._static_memory(lay)
@@ -321,8 +337,10 @@ class Model:
             return hit
         c, g = self.cfg, self.gpu
         ly = self._layer(lay.tp, lay.cp, lay.mbs, lay.precision, lay.recompute)
-        L = self.stage_layers(lay)
         hf, hb = self._head(lay.tp, lay.cp, lay.mbs, lay.precision)
+        L, head = self._slowest_stage(lay, ly, hf, hb)
+        if not head:
+            hf, hb = 0.0, 0.0
         t_f = L * ly["fwd"] + hf
         t_b = L * ly["bwd"] + hb
         # pipeline sends: one activation (sequence-parallel shard) per stage boundary and virtual
@@ -340,7 +358,7 @@ class Model:
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
         mem_static = sum(self._static_memory(lay)) + RESERVE * g.usable_bytes
         interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
-        act_mb = L * ly["act_bytes"] * interleave
+        act_mb = self.stage_layers(lay) * ly["act_bytes"] * interleave
         t_eval = eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly["fwd"] + hf, self.b.eval_overhead_s)
         out = {"ly": ly, "L": L, "hf": hf, "hb": hb, "t_f": t_f, "t_b": t_b, "p2p": p2p,
                "dp": dp_exposed, "opt": opt, "mem_static": mem_static, "act_mb": act_mb, "t_eval": t_eval,

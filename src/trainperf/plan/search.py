@@ -87,9 +87,10 @@ def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "f
 
 def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
            precision: str | None = None, top: int = 5, fix: dict | None = None,
-           proven: set | None = None) -> SearchResult:
+           proven: set | None = None, proven_precisions: frozenset | None = None) -> SearchResult:
     """The `top` fastest fitting layouts. With `proven` (a set of (tp, pp, cp)), layouts of those
-    shapes rank before all others, each group fastest first."""
+    shapes rank before all others, each group fastest first; with `proven_precisions` as well,
+    within each group the layouts in those formats rank before the others."""
     scored: list[tuple] = []  # (minutes, tp, pp, dp, cp, vpp, mbs, gbs, recompute, precision)
     closest: tuple[float, Layout] | None = None
     n = 0
@@ -119,7 +120,8 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
                 fitted.add(pr)
                 scored.append((model.minutes(st, b), tp, pp, dp, cp, vpp, mbs, b, rc, pr))
     if proven is not None:
-        scored.sort(key=lambda x: ((x[1], x[2], x[4]) not in proven, x[0]))
+        pp_ok = proven_precisions
+        scored.sort(key=lambda x: ((x[1], x[2], x[4]) not in proven, pp_ok is not None and x[9] not in pp_ok, x[0]))
     else:
         scored.sort(key=lambda x: x[0])
     best = [model.estimate(_layout(x)) for x in scored[:top]]

@@ -38,6 +38,10 @@ class Benchmark:
     # of BF16's 2 plus an FP8 copy (NVIDIA's FP4 configs turn it off).
     fp8_param_gather: bool = False
     grad_bytes: float = 4.0  # gradient buffer per parameter: FP32 (4), or BF16 (2, grad_reduce_in_fp32=False)
+    # Megatron's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split (NeMo's
+    # ASYM_PP_EMBED / ASYM_PP_LOSS): the embedding and the output layer + loss each take one layer's
+    # slot in the pipeline split, so the first and last virtual stages hold one layer fewer
+    pp_split_counts_embedding_and_loss: bool = False
 
     @property
     def seq_len(self) -> int:
@@ -123,4 +127,5 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                      first_eval_s=float(r.get("first_eval_s", 0.0)), round=round_,
                      runs_per_result=int(r.get("runs_per_result", 1)),
                      fp8_param_gather=bool(r.get("fp8_param_gather", False)),
-                     grad_bytes=float(r.get("grad_bytes", 4.0)))
+                     grad_bytes=float(r.get("grad_bytes", 4.0)),
+                     pp_split_counts_embedding_and_loss=bool(r.get("pp_split_counts_embedding_and_loss", False)))
