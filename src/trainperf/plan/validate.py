@@ -236,13 +236,15 @@ SPLITS = {  # summary key -> the rows' band_split values
 }
 
 
-def summary(rows: list[Row]) -> dict:
+def summary(rows: list[Row], cross_sd: float | None = None) -> dict:
     """MAPE, mean signed error and 80%-band coverage per benchmark and overall, fit and held-out
     rows apart, and on the rows that name their layout the searched and submitted-layout MAPE.
     The held-out rows are also summarised per band half: `evaluation` carries the band's coverage
     (the rows it was not calibrated on), `band_calibration` the rows that set `config_sd` (their
-    coverage is the calibration's own, about 80% by construction). `held_out` carries no coverage,
-    since half of its rows calibrated the band."""
+    coverage is the calibration's own, about 80% by construction). `held_out` carries coverage only
+    cross-fitted: with `cross_sd`, the configuration spread calibrated on the evaluation half
+    (`measure_band(..., half="evaluation")`), each held-out row is judged by a band calibrated on
+    the other half (`cross_fitted`), so no row is judged by a band fitted to it."""
     out: dict = {}
     for split, halves in SPLITS.items():
         band = split != "held_out"
@@ -250,8 +252,23 @@ def summary(rows: list[Row]) -> dict:
         per = {b: {**_stats(rb, band), "named_layout": _named(rb)}
                for b in sorted({r.result.benchmark for r in sel}) for rb in [[r for r in sel if r.result.benchmark == b]]}
         out[split] = {**_stats(sel, band), "named_layout": _named(sel), "per_benchmark": per}
+    if cross_sd is not None:
+        cross = cross_fitted(rows, cross_sd)
+        h = out["held_out"]
+        h["coverage_80_pct_cross_fitted"] = round(coverage(cross), 1) if cross else None
+        for b, d in h["per_benchmark"].items():
+            d["coverage_80_pct_cross_fitted"] = round(coverage([r for r in cross if r.result.benchmark == b]), 1)
     out["skipped"] = sum(1 for r in rows if r.estimate is None)
     return out
+
+
+def cross_fitted(rows: list[Row], other_sd: float) -> list[Row]:
+    """The held-out rows, each with the band calibrated on the half it is not in: evaluation-half
+    rows keep the shipped band (calibrated on the band-calibration half), band-calibration-half rows
+    get `other_sd`, the configuration spread calibrated on the evaluation half (two-fold
+    cross-conformal, split by submitter)."""
+    return [replace(r, estimate=replace(r.estimate, sd_config=other_sd)) if r.result.band_split == "calibration"
+            else r for r in rows if r.estimate is not None and not r.result.fit]
 
 
 # -- calibration fit --------------------------------------------------------------------------
@@ -358,14 +375,19 @@ def measure_spread(calib: Calibration, results: list[Result] | None = None) -> C
     return replace(calib, software_sd=sd)
 
 
-def measure_band(calib: Calibration, results: list[Result] | None = None) -> Calibration:
+def measure_band(calib: Calibration, results: list[Result] | None = None,
+                 half: str = "calibration") -> Calibration:
     """`calib` with `config_sd` calibrated split-conformally on the band-calibration half of the
     held-out rows (band_half; interval.config_sd), around `calib.software_sd`; the evaluation half
-    is not read. The rows are predicted as `plan` predicts them (published layouts first)."""
+    is not read. The rows are predicted as `plan` predicts them (published layouts first).
+    `half="evaluation"` calibrates on the other half instead: `plan validate`'s cross-fitted
+    coverage judges the band-calibration rows by it (`cross_fitted`); it is never shipped."""
     from trainperf.plan import interval
 
+    if half not in ("calibration", "evaluation"):
+        raise ValueError(f"measure_band: half must be calibration or evaluation, not {half!r}")
     allr = results if results is not None else load_results()
-    rows = [r for r in allr if r.band_split == "calibration"]
+    rows = [r for r in allr if r.band_split == half]
     res, conv, used = _log_residuals(Predictor(replace(calib, config_sd=0.0)), rows)
     subs = {submitter_key(r.submitter) for r in used}
     try:
@@ -377,6 +399,8 @@ def measure_band(calib: Calibration, results: list[Result] | None = None) -> Cal
     sd = math.ceil(round(sd * 1e4, 6)) / 1e4
     on = (f"{len(res)} held-out results of {len(subs)} submitters, the band-calibration half (submitters whose "
           "name hashes even, validate.band_half), split-conformal; coverage is reported on the other half")
+    if half == "evaluation":
+        on = f"{len(res)} held-out results of {len(subs)} submitters, the evaluation half (cross-fitting only)"
     return replace(calib, config_sd=sd, band_calibrated_on=on)
 
 
