@@ -7,8 +7,11 @@ the same model trained other ways, several seeds each, median and spread, in one
 Arms (only recipe values differ; the data, tokenizer, evaluation cadence, target and MLPerf timing
 from run_start to run_stop are the benchmark's):
   trainperf  the recipe as it ships (`trainperf run`, no flags)
+  b16        the shipped recipe of 2026-12-04 morning: global batch 16, one LR (6e-3) for Muon and
+             AdamW, WSD annealed by step 80 (the second evaluation) with a 0.4 cooldown, 5
+             Newton-Schulz iterations
   adamw      the recipe before the time-to-target work: AdamW, cosine over 400 steps, 50 warm-up
-             steps, fp32, no QK-norm
+             steps, batch 16, fp32, no QK-norm
   plain      a textbook loop: fp32, no compile, torch's AdamW defaults (lr 1e-3, betas 0.9/0.999,
              weight decay 0.01, for-loop implementation), cosine over 3000 steps
 A run that has not reached the target after --max-steps is reported as not converged, never as a
@@ -29,11 +32,14 @@ from trainperf.config import load_recipe
 from trainperf.parallel.env import init_env
 from trainperf.train.trainer import RunOptions, train
 
-ADAMW = ["train.optimizer=adamw", "train.schedule=cosine", "train.lr=3e-3", "train.end_lr=3e-4",
-         "train.warmup_steps=50", "train.decay_steps=400", "train.max_steps=0", "train.precision=fp32",
-         "model.qk_norm=false"]
+BATCH16 = ["train.global_batch_size=16", "train.micro_batch_size=16"]
+ADAMW = BATCH16 + ["train.optimizer=adamw", "train.schedule=cosine", "train.lr=3e-3", "train.end_lr=3e-4",
+                   "train.warmup_steps=50", "train.decay_steps=400", "train.max_steps=0", "train.precision=fp32",
+                   "model.qk_norm=false"]
 ARMS: dict[str, list[str]] = {
     "trainperf": [],
+    "b16": BATCH16 + ["train.lr=6e-3", "train.muon_lr=0", "train.end_lr=6e-4", "train.warmup_steps=10",
+                      "train.decay_steps=70", "train.cooldown=0.4", "train.muon_ns_steps=5"],
     "adamw": ADAMW,
     "plain": ADAMW + ["train.fused=for-loop", "train.lr=1e-3", "train.end_lr=1e-4", "train.beta2=0.999",
                       "train.weight_decay=0.01", "train.warmup_steps=0", "train.decay_steps=3000",

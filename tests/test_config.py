@@ -11,8 +11,8 @@ def test_default_recipe_loads():
 
 
 def test_override_changes_value_with_type():
-    r = load_recipe("tiny", ["train.lr=1e-3", "model.n_layer=3", "parallel.compile=true"])
-    assert r.train.lr == 1e-3 and r.model.n_layer == 3 and r.parallel.compile is True
+    r = load_recipe("tiny", ["train.lr=5e-2", "model.n_layer=3", "parallel.compile=true"])
+    assert r.train.lr == 5e-2 and r.model.n_layer == 3 and r.parallel.compile is True
 
 
 @pytest.mark.parametrize("override, key", [

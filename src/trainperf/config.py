@@ -142,6 +142,10 @@ class TrainConfig:
     optimizer: Literal["adamw", "muon"] = "adamw"
     muon_lr: float = 0.0  # 0 -> train.lr; the update's RMS is matched to AdamW's (match_rms_adamw)
     muon_momentum: float = 0.95
+    # Newton-Schulz iterations per Muon step (torch's and modded-nanogpt's 5): the optimizer's cost is
+    # 5 x 2(2m^2 n + m^3) FLOPs per m x n matrix whatever the batch, so at small batches it is a large
+    # share of the step
+    muon_ns_steps: int = 5
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0
@@ -490,6 +494,7 @@ def validate(r: Recipe) -> None:
     _check(0 < t.cooldown <= 1, "train.cooldown", f"must be in (0, 1], got {t.cooldown}")
     _check(t.muon_lr >= 0, "train.muon_lr", "must be >= 0 (0 -> train.lr)")
     _check(0 <= t.muon_momentum < 1, "train.muon_momentum", "must be in [0, 1)")
+    _check(t.muon_ns_steps >= 1, "train.muon_ns_steps", f"must be >= 1, got {t.muon_ns_steps}")
     _check(not t.fp8_linear or t.precision in ("bf16", "auto"), "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
     _check(not t.fp8_linear or r.parallel.tp == 1, "train.fp8_linear",

@@ -78,6 +78,32 @@ def test_muon_takes_the_block_matrices_only():
     assert len(build_optimizer(Transformer(r2.model), r2, torch.device("cpu"))) == 1  # adamw: AdamW alone
 
 
+def test_muon_newton_schulz_steps_come_from_the_recipe():
+    """`train.muon_ns_steps` reaches torch's group setting, and the step then matches the reference
+    iteration with that many steps (the shipped tiny recipe runs 3, docs/benchmarks.md)."""
+    from trainperf.config import ConfigError
+
+    small = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16", "train.optimizer=muon"]
+    r = load_recipe("tiny", small + ["train.muon_ns_steps=2"])
+    _, muon = build_optimizer(Transformer(r.model), r, torch.device("cpu"))
+    assert muon.param_groups[0]["ns_steps"] == 2
+    assert load_recipe("tiny").train.muon_ns_steps == 3
+    with pytest.raises(ConfigError, match="train.muon_ns_steps"):
+        load_recipe("tiny", ["train.muon_ns_steps=0"])
+    gen = torch.Generator().manual_seed(2)
+    w0, g = torch.randn(6, 9, generator=gen), torch.randn(6, 9, generator=gen)
+    kw = dict(lr=0.05, weight_decay=0.0, momentum=0.95, adjust_lr_fn="match_rms_adamw")
+    outs = {}
+    for n in (3, 5):
+        p = torch.nn.Parameter(w0.clone())
+        p.grad = g.clone()
+        Muon([p], ns_dtype=torch.float32, ns_steps=n, **kw).step()
+        ref = w0.double() - 0.05 * reference_muon_update(g.double(), torch.zeros(6, 9, dtype=torch.float64), 0.95, steps=n)
+        torch.testing.assert_close(p.detach().double(), ref, rtol=0, atol=1e-5)
+        outs[n] = p.detach()
+    assert not torch.allclose(outs[3], outs[5], atol=1e-4)  # the count changes the update
+
+
 def test_wsd_holds_then_anneals_linearly():
     r = load_recipe("tiny", ["train.schedule=wsd", "train.warmup_steps=10", "train.decay_steps=80",
                              "train.cooldown=0.5", "train.lr=0.01", "train.end_lr=0.001"])

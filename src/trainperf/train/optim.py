@@ -63,7 +63,8 @@ def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> 
         # Newton-Schulz in the run's format: bf16 only where the run found bf16 matmuls fast
         ns_dtype = torch.bfloat16 if t.precision == "bf16" else torch.float32
         opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, lr=muon_lr,
-                         weight_decay=t.weight_decay, momentum=t.muon_momentum, adjust_lr_fn="match_rms_adamw"))
+                         weight_decay=t.weight_decay, momentum=t.muon_momentum, adjust_lr_fn="match_rms_adamw",
+                         ns_steps=t.muon_ns_steps))
     return opts
 
 
