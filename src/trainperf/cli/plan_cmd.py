@@ -455,27 +455,8 @@ def print_validation(rows, s, cal, cross_sd: float | None = None) -> None:
     if skipped:
         kinds = sorted({f"{r.result.accelerator} ({r.reason})" for r in skipped})
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
-    m = Table(title="error of the searched prediction: MAPE, mean signed error; share inside the 80% band on the "
-                    "evaluation half of the held-out rows (the band-calibration half's is the fit of the band), and "
-                    "on all held-out rows cross-fitted (each half judged by the band calibrated on the other)")
-    for col in ("benchmark", "fit rows", "fit MAPE", "fit in band", "held-out rows", "held-out MAPE",
-                "held-out signed", "held-out in band (cross-fitted)", "eval rows", "eval in band", "cal rows",
-                "cal in band (fitted)"):
-        m.add_column(col, justify="left" if col == "benchmark" else "right", no_wrap=col == "benchmark")
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
-
-    def pct(d: dict, k: str, sign: bool = False) -> str:
-        return "-" if d.get(k) is None else (f"{d[k]:+.1f}%" if sign else f"{d[k]:.1f}%")
-
-    for bname in benches + ["overall"]:
-        f = s["fit"] if bname == "overall" else s["fit"]["per_benchmark"].get(bname, {})
-        h, ev, bc = (s[k] if bname == "overall" else s[k]["per_benchmark"].get(bname, {})
-                     for k in ("held_out", "evaluation", "band_calibration"))
-        m.add_row(bname, str(f.get("rows", 0)), pct(f, "mape"), pct(f, "coverage_80_pct"), str(h.get("rows", 0)),
-                  pct(h, "mape"), pct(h, "mean_signed_pct", True), pct(h, "coverage_80_pct_cross_fitted"),
-                  str(ev.get("rows", 0)), pct(ev, "coverage_80_pct"),
-                  str(bc.get("rows", 0)), pct(bc, "coverage_80_pct"))
-    c.print(m)
+    c.print(_error_table(s, benches))
     n = Table(title="rows whose submission's config names its layout: searched vs submitted-layout error")
     for col in ("benchmark", "split", "rows", "searched MAPE", "submitted MAPE", "submitted signed"):
         n.add_column(col, justify="left" if col in ("benchmark", "split") else "right")
@@ -493,6 +474,32 @@ def print_validation(rows, s, cal, cross_sd: float | None = None) -> None:
         c.print(f"cross-fitted coverage: the band-calibration half's rows judged with the configuration spread "
                 f"{cross_sd:.3f} calibrated on the evaluation half the same way (not shipped)")
     c.print(f"calibration: {cal.fitted_on}")
+
+
+def _error_table(s: dict, benches: list[str]):
+    """Per benchmark and overall: fit and held-out error, and band coverage three ways."""
+    from rich.table import Table
+
+    m = Table(title="error of the searched prediction: MAPE, mean signed error; share inside the 80% band on the "
+                    "evaluation half of the held-out rows (the band-calibration half's is the fit of the band), and "
+                    "on all held-out rows cross-fitted (each half judged by the band calibrated on the other)")
+    for col in ("benchmark", "fit rows", "fit MAPE", "fit in band", "held-out rows", "held-out MAPE",
+                "held-out signed", "held-out in band (cross-fitted)", "eval rows", "eval in band", "cal rows",
+                "cal in band (fitted)"):
+        m.add_column(col, justify="left" if col == "benchmark" else "right", no_wrap=col == "benchmark")
+
+    def pct(d: dict, k: str, sign: bool = False) -> str:
+        return "-" if d.get(k) is None else (f"{d[k]:+.1f}%" if sign else f"{d[k]:.1f}%")
+
+    for bname in benches + ["overall"]:
+        f = s["fit"] if bname == "overall" else s["fit"]["per_benchmark"].get(bname, {})
+        h, ev, bc = (s[k] if bname == "overall" else s[k]["per_benchmark"].get(bname, {})
+                     for k in ("held_out", "evaluation", "band_calibration"))
+        m.add_row(bname, str(f.get("rows", 0)), pct(f, "mape"), pct(f, "coverage_80_pct"), str(h.get("rows", 0)),
+                  pct(h, "mape"), pct(h, "mean_signed_pct", True), pct(h, "coverage_80_pct_cross_fitted"),
+                  str(ev.get("rows", 0)), pct(ev, "coverage_80_pct"),
+                  str(bc.get("rows", 0)), pct(bc, "coverage_80_pct"))
+    return m
 
 
 def print_anchors(anchors, speedup) -> None:
