@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
+from trainperf.plan.rcp import version_key
 
 LAYOUTS = Path(__file__).parent / "data" / "published_layouts.csv"
 EVIDENCE_SUBMITTERS = ("NVIDIA",)
@@ -67,17 +68,13 @@ def published() -> tuple[Published, ...]:
     return tuple(out)
 
 
-def round_key(r: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in r.lstrip("v").split("."))
-
-
 def _counts(p: Published, round_: str | None) -> bool:
     """Whether `p` is evidence for a plan under round `round_` (None: every published round): an
     evidence submitter's configuration of that round or before, or any submitter's from an earlier
     round (public before the round's results were)."""
     if round_ is None:
         return True
-    r, at = round_key(p.round), round_key(round_)
+    r, at = version_key(p.round), version_key(round_)
     return r < at or (r == at and p.submitter in EVIDENCE_SUBMITTERS)
 
 
@@ -106,7 +103,7 @@ def proven_precisions(benchmark: str, gpu: str, round_: str) -> frozenset[str] |
     when it published no configuration of it there (then no format is preferred)."""
     out = frozenset(p.precision for p in published() if p.benchmark == benchmark and p.gpu == gpu
                     and p.submitter in EVIDENCE_SUBMITTERS and p.precision
-                    and round_key(p.round) == round_key(round_))
+                    and version_key(p.round) == version_key(round_))
     return out or None
 
 

@@ -29,10 +29,15 @@ def rcp_root() -> Path:
     return Path(mlperf_logging.__file__).parent / "rcp_checker"
 
 
+def version_key(v: str) -> tuple[int, ...]:
+    """'v5.1' / '5.1.0' -> (5, 1) / (5, 1, 0): rounds and rulesets in numeric order."""
+    return tuple(int(x) for x in v.lstrip("v").split("."))
+
+
 def rulesets(benchmark: str) -> list[str]:
     """Rulesets ('5.1.0', ...) whose RCP folder has this benchmark, oldest first."""
     found = [p.parent.name.removeprefix("training_") for p in rcp_root().glob(f"training_*/rcps_{benchmark}.json")]
-    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return sorted(found, key=version_key)
 
 
 def ruleset_for(benchmark: str, round_: str | None) -> str:
@@ -45,7 +50,7 @@ def ruleset_for(benchmark: str, round_: str | None) -> str:
     want = round_.lstrip("v") + ".0"
     if want in have:
         return want
-    older = [r for r in have if tuple(map(int, r.split("."))) <= tuple(map(int, want.split(".")))]
+    older = [r for r in have if version_key(r) <= version_key(want)]
     return older[-1] if older else have[0]
 
 
