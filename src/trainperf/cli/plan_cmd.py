@@ -211,18 +211,18 @@ def run_command(plan) -> str:
 
 
 def _validate(args) -> int:
-    from trainperf.plan.validate import check_anchors, load_results, measure_band, summary, validate
+    from trainperf.plan.validate import band_sd, check_anchors, load_results, summary, validate
 
     cal, _ = _calibration(args)
     results = load_results()
-    # the cross-fitted coverage's other band, from every benchmark's evaluation-half rows as the
-    # shipped one is from every benchmark's band-calibration half
-    cross_sd = measure_band(cal, results, half="evaluation").config_sd if cal.config_sd > 0 else None
-    if args.only:
-        results = [r for r in results if args.only in (r.benchmark,) or r.benchmark in args.only]
-        if not results:
-            raise UsageError(f"--benchmark: no published rows for '{args.only}'")
+    if args.only and not any(args.only in (r.benchmark,) or r.benchmark in args.only for r in results):
+        raise UsageError(f"--benchmark: no published rows for '{args.only}'")
     rows = validate(cal, results)
+    # the cross-fitted coverage's other band, from every benchmark's evaluation-half rows just
+    # predicted, as the shipped one came from every benchmark's band-calibration half (measure_band)
+    cross_sd = band_sd(rows, cal.software_sd, "evaluation")[0] if cal.config_sd > 0 else None
+    if args.only:
+        rows = [r for r in rows if args.only in (r.result.benchmark,) or r.result.benchmark in args.only]
     s = summary(rows, cross_sd)
     anchors, speedup = check_anchors(cal) if not args.only else ([], None)
     if args.json:

@@ -382,26 +382,34 @@ def measure_band(calib: Calibration, results: list[Result] | None = None,
     is not read. The rows are predicted as `plan` predicts them (published layouts first).
     `half="evaluation"` calibrates on the other half instead: `plan validate`'s cross-fitted
     coverage judges the band-calibration rows by it (`cross_fitted`); it is never shipped."""
-    from trainperf.plan import interval
-
     if half not in ("calibration", "evaluation"):
         raise ValueError(f"measure_band: half must be calibration or evaluation, not {half!r}")
     allr = results if results is not None else load_results()
-    rows = [r for r in allr if r.band_split == half]
-    res, conv, used = _log_residuals(Predictor(replace(calib, config_sd=0.0)), rows)
-    subs = {submitter_key(r.submitter) for r in used}
+    pred = Predictor(replace(calib, config_sd=0.0))
+    sd, used = band_sd([pred.predict(r) for r in allr if r.band_split == half], calib.software_sd, half)
+    subs = {submitter_key(r.result.submitter) for r in used}
+    on = (f"{len(used)} held-out results of {len(subs)} submitters, the band-calibration half (submitters whose "
+          "name hashes even, validate.band_half), split-conformal; coverage is reported on the other half")
+    if half == "evaluation":
+        on = f"{len(used)} held-out results of {len(subs)} submitters, the evaluation half (cross-fitting only)"
+    return replace(calib, config_sd=sd, band_calibrated_on=on)
+
+
+def band_sd(rows: list[Row], software_sd: float, half: str) -> tuple[float, list[Row]]:
+    """(config_sd, the rows it was read from): the split-conformal configuration spread of the
+    predicted rows in band half `half`, around `software_sd`. Only the predicted minutes are read,
+    which the band does not move, so rows predicted with any `config_sd` give the same figure."""
+    from trainperf.plan import interval
+
+    used = [r for r in rows if r.estimate is not None and r.result.band_split == half]
+    res = [math.log(r.result.minutes / r.estimate.minutes) for r in used]
     try:
-        sd = interval.config_sd(res, conv, calib.software_sd)
+        sd = interval.config_sd(res, [r.estimate.sd_convergence for r in used], software_sd)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     # rounded up to the 4 decimals calibration.toml keeps: rounded down, the row at the quantile
     # would fall just outside its band and the calibration rows would hold one fewer than conformal asks
-    sd = math.ceil(round(sd * 1e4, 6)) / 1e4
-    on = (f"{len(res)} held-out results of {len(subs)} submitters, the band-calibration half (submitters whose "
-          "name hashes even, validate.band_half), split-conformal; coverage is reported on the other half")
-    if half == "evaluation":
-        on = f"{len(res)} held-out results of {len(subs)} submitters, the evaluation half (cross-fitting only)"
-    return replace(calib, config_sd=sd, band_calibrated_on=on)
+    return math.ceil(round(sd * 1e4, 6)) / 1e4, used
 
 
 # -- the article's checks ---------------------------------------------------------------------
