@@ -54,6 +54,20 @@ def test_killed_worker_is_restarted_and_run_reaches_target(tmp_path):
     assert '"key": "restarts", "value": 1' in (out / "result_0.txt").read_text()
 
 
+def test_worker_dying_after_the_finished_run_does_not_retrain(tmp_path):
+    # rank 1 SIGKILLs itself after the run finished and left its process group (as a crash in process
+    # teardown does); torchrun restarts the group, which must find the result and train nothing again
+    out = tmp_path / "run"
+    p = _run("--nproc", "2", "--max-restarts", "1", "--checkpoint-every", "2", "--set", "eval.target=4.0",
+             "--max-steps", "16", "--out", str(out), cwd=tmp_path, extra_env={"TRAINPERF_FAULT": "1:exit"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "nothing is trained again" in p.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "success" and s["restarts"] == 0 and s["world_size"] == 2
+    assert not (out / "attempts").exists()
+    assert (out / "result_0.txt").read_text().count("run_start") == 1
+
+
 def _log_time(log, key):
     for line in log.read_text().splitlines():
         rec = json.loads(line.split(":::MLLOG ", 1)[1])

@@ -175,6 +175,7 @@ def _run_here(recipe, args, out: Path, seed: int) -> int:
     from trainperf.cli.progress import RunDisplay
     from trainperf.parallel.env import init_env
     from trainperf.train.benchmark import run_benchmark
+    from trainperf.train.checkpoint import exit_fault
     from trainperf.train.trainer import RunOptions
 
     env = init_env(args.device)
@@ -191,6 +192,8 @@ def _run_here(recipe, args, out: Path, seed: int) -> int:
     finally:
         if tb is not None:
             tb.close()  # what a failed run logged stays readable
+    env.close()
+    exit_fault(env)
     if env.is_main:
         display.print_summary(summary)
         if summary.deviations:

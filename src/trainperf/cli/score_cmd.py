@@ -155,6 +155,7 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
     env = init_env(args.device)
     done = run_seeds(recipe, env, RunOptions(out=out, seed=seed, max_steps=args.max_steps, progress=False),
                      args.seeds, listener_for)
+    env.close()
     if env.is_main:
         for d, s in zip(done.dirs, done.summaries):
             print(f"{d}: {s.status}, {s.time_to_train_s:.1f} s, {s.steps} steps, eval {s.final_eval_loss:.4f}")

@@ -38,6 +38,15 @@ class DistEnv:
         if self.distributed:
             dist.barrier()
 
+    def close(self) -> None:
+        """Leave the process group once every rank is done. Without this the group's C++ threads
+        are torn down by interpreter exit in no set order, which now and then aborts a worker
+        ("terminate called without an active exception") after a finished run, and torchrun then
+        restarts the whole group."""
+        if self.distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
 
 def init_env(device: str = "auto") -> DistEnv:
     """Join the torchrun process group if launched by torchrun (gloo on CPU, NCCL on GPU)."""

@@ -117,16 +117,28 @@ def _compare(saved: dict, now: dict, seed: int, saved_seed: int) -> list[str]:
     return diffs
 
 
+_AT_EXIT = -1  # TRAINPERF_FAULT=RANK:exit
+
+
 def _fault() -> tuple[int, int] | None:
-    """TRAINPERF_FAULT=RANK:STEP: that rank SIGKILLs itself before STEP on the first attempt (recovery drills)."""
+    """TRAINPERF_FAULT=RANK:STEP: that rank SIGKILLs itself before STEP on the first attempt;
+    RANK:exit, after the finished run has left its process group (recovery drills)."""
     spec = os.environ.get("TRAINPERF_FAULT", "")
     if not spec:
         return None
     try:
-        rank, step = (int(v) for v in spec.split(":"))
+        rank, step = spec.split(":")
+        return int(rank), (_AT_EXIT if step == "exit" else int(step))
     except ValueError:
-        raise CheckpointError(f"TRAINPERF_FAULT={spec!r}: expected RANK:STEP") from None
-    return rank, step
+        raise CheckpointError(f"TRAINPERF_FAULT={spec!r}: expected RANK:STEP or RANK:exit") from None
+
+
+def exit_fault(env: DistEnv) -> None:
+    """The RANK:exit drill: a worker that dies after its run finished, as a crash in process
+    teardown does; torchrun then restarts a group whose run is already done."""
+    f = _fault()
+    if f is not None and env.restart_count == 0 and f == (env.rank, _AT_EXIT):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Checkpointer:

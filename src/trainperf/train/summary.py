@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -67,3 +68,12 @@ class Summary:
 
     def write(self, out: Path) -> None:
         atomic.write_json(out / "summary.json", self.to_dict())
+
+    @classmethod
+    def read(cls, out: Path) -> Summary | None:
+        """The summary.json a finished run left in `out`; None without a readable one."""
+        try:
+            d = json.loads((out / "summary.json").read_text())
+            return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        except (OSError, ValueError, TypeError):
+            return None

@@ -51,6 +51,9 @@ __all__ = ["RunOptions", "Summary", "TrainError", "Trainer", "lr_at", "train"]
 
 def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
     """One run of recipe `r` into `opts.out`: init, the timed run, the final files."""
+    done = finished_before_restart(opts.out, env)
+    if done is not None:
+        return done
     ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks and verifies what to resume from
     if env.is_main:
         ckpt.set_aside_previous_attempt()
@@ -68,6 +71,22 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
         return trainer.run()
     finally:
         log.close()
+
+
+def finished_before_restart(out: Path, env: DistEnv) -> Summary | None:
+    """The run's summary when torchrun restarted a worker group whose run had already finished.
+    A worker can die after the summary is written (a crash while the process exits); the restarted
+    group must not train again over a finished result. Every rank reads the same file, written
+    atomically by rank 0 before the failed group ended, so all take the same branch."""
+    if env.restart_count == 0:
+        return None
+    s = Summary.read(out)
+    if s is None or s.status not in (C.SUCCESS, C.ABORTED):
+        return None
+    if env.is_main:
+        print(f"trainperf: {out} already holds this run's result ({s.status}, summary.json) from before the "
+              f"restart; nothing is trained again")
+    return s
 
 
 def _check_out(out: Path, seed: int) -> None:
