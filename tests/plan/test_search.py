@@ -191,6 +191,23 @@ def test_evidence_is_what_was_public_under_the_round():
     assert proven_precisions("llama31_8b", "b300", "5.1") is None
 
 
+def test_a_bigger_gpu_may_cut_the_tensor_parallelism_a_smaller_one_needed():
+    """Under v5.0 rules the only public Hopper 405B layout is NVIDIA's tp 8 on the 80 GB H100: on
+    the 141 GB H200 tp 4 and below with that pp and cp count as proven (Nebius ran tp 4), on the
+    H100 itself they do not; the evidence named for tp 4 is the H100 config."""
+    from trainperf.plan.evidence import evidence, proven_shapes
+
+    h200 = proven_shapes("llama31_405b", "h200", "hopper", "5.0")
+    h100 = proven_shapes("llama31_405b", "h100", "hopper", "5.0")
+    assert (8, 8, 2) in h100 and (4, 8, 2) not in h100 and (2, 8, 2) not in h100
+    assert {(8, 8, 2), (4, 8, 2), (2, 8, 2), (1, 8, 2)} <= h200
+    assert (4, 8, 1) not in h200  # another pipeline or context split is not vouched for
+    ev = evidence("llama31_405b", "hopper", 4, 8, 2, 512, "5.0", gpu="h200")
+    assert ev is not None and ev.gpu == "h100" and ev.tp == 8
+    assert evidence("llama31_405b", "hopper", 4, 8, 2, 512, "5.0", gpu="h100") is None
+    assert evidence("llama31_405b", "hopper", 4, 8, 2, 512, "5.0") is None  # no GPU: exact shapes only
+
+
 def test_pipeline_split_counting_embedding_and_loss():
     """NeMo's ASYM_PP_EMBED/ASYM_PP_LOSS (all NVIDIA 405B configs): 126 layers + embedding + loss
     = 128 slots over pp 8 x vpp 8, 16 layers on a middle rank, 15 plus the output layer on the

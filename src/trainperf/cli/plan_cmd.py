@@ -316,6 +316,9 @@ def _evidence_line(plan) -> str:
     if ev is not None:
         s = (f"layout evidence: {plan.bench.mlperf} ran tp {ev.tp} pp {ev.pp} cp {ev.cp} on {plan.cluster.gpu.generation} "
              f"in {ev.submitter}'s v{ev.round} config at {ev.gpus} GPUs ({ev.source.rsplit('/', 1)[-1]})")
+        if ev.tp != best.layout.tp:
+            s += (f", on the {ev.gpu} with less memory; tp {best.layout.tp} here, as submitters cut tensor "
+                  "parallelism where memory allows")
     else:
         s = (f"layout evidence: none; no {plan.cluster.gpu.generation} submission ran tp {best.layout.tp} pp {best.layout.pp} "
              f"cp {best.layout.cp}, so this rests on the model alone")

@@ -10,7 +10,8 @@ from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
 from trainperf.plan.convergence import Convergence
 from trainperf.plan.cost import Cost, cost_of
-from trainperf.plan.evidence import envelope, evidence, proven_precisions
+from trainperf.plan.evidence import evidence, proven_precisions
+from trainperf.plan.evidence import proven_shapes as _proven_shapes
 from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
@@ -113,7 +114,7 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
                  proven_precisions=formats)
     dt = time.perf_counter() - t0
     for e in res.best + [x for x in (res.fastest_unranked,) if x is not None]:
-        e.evidence = evidence(b.mlperf, cl.gpu.generation, e.layout.tp, e.layout.pp, e.layout.cp, n_gpus, b.round)
+        e.evidence = evidence(b.mlperf, cl.gpu.generation, *e.layout.shape, n_gpus, b.round, gpu=cl.gpu.key)
     if not res.best:
         if res.closest_unfit is not None:
             lay = res.closest_unfit.layout
@@ -132,9 +133,9 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
 
 
 def proven_shapes(b: Benchmark, cl: Cluster) -> set:
-    """(tp, pp, cp) published for this benchmark on this GPU family, as evidence under the rules of
-    the benchmark's round (plan/evidence.py)."""
-    return set(envelope(b.mlperf, cl.gpu.generation, b.round))
+    """(tp, pp, cp) published for this benchmark on this GPU family, or at a larger tp on a GPU kind
+    with less memory, as evidence under the rules of the benchmark's round (plan/evidence.py)."""
+    return set(_proven_shapes(b.mlperf, cl.gpu.key, cl.gpu.generation, b.round))
 
 
 def speedup_factors(fast: Estimate, slow: Estimate) -> dict:

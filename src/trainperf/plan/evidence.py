@@ -13,7 +13,8 @@ not, unless asked to explore: the model has no term for what makes untried layou
 rests on the model alone. What counts as published for a plan under the rules of round R: NVIDIA's
 configurations of R and before (NVIDIA's results are the fit rows), and any submitter's of an
 earlier round (public before R's results were). A held-out row is never ranked by its own round's
-configurations, nor by a later round's.
+configurations, nor by a later round's. A configuration published on a GPU kind with less memory
+also vouches for the same pipeline and context split at a smaller tp (`proven_shapes`).
 
 Formats the same way, per GPU kind: where NVIDIA published the benchmark on that GPU kind in R,
 the formats it ran there rank first (in v5.1 it ran the 405B in FP4 on GB200 and GB300, in FP8 on
@@ -89,13 +90,48 @@ def envelope(benchmark: str, family: str, round_: str | None = None) -> dict[tup
     return {k: tuple(v) for k, v in out.items()}
 
 
+def _less_memory(p: Published, gpu: str) -> bool:
+    """Whether `p` ran on a GPU kind with less memory than `gpu` (catalog figures)."""
+    from trainperf.plan.hardware import gpus
+
+    cat = gpus()
+    return p.gpu in cat and gpu in cat and cat[p.gpu].hbm_gb < cat[gpu].hbm_gb
+
+
+def _from_smaller_gpu(benchmark: str, family: str, gpu: str, tp: int, pp: int, cp: int,
+                      round_: str | None) -> list[Published]:
+    """Configurations that ran this pipeline and context split at a larger tensor-parallel size on
+    a GPU kind with less memory than `gpu`."""
+    return [q for (t, p, c), pubs in envelope(benchmark, family, round_).items()
+            if p == pp and c == cp and t > tp and t % tp == 0 for q in pubs if _less_memory(q, gpu)]
+
+
+@functools.lru_cache(maxsize=None)
+def proven_shapes(benchmark: str, gpu: str, family: str, round_: str | None = None) -> frozenset:
+    """The (tp, pp, cp) that count as proven for `benchmark` on GPU kind `gpu`: those published on
+    its family (`envelope`), and, from a configuration published on a GPU kind with less memory,
+    the same pipeline and context split at a smaller tensor-parallel size. The smaller GPU's tp was
+    the least that fit it; submitters on a bigger one cut it where memory allows (v4.1 LoRA: tp 4
+    on the 80 GB H100, tp 1 on the 141 GB H200; v5.1 405B: tp 8 on the H100, tp 4 on the H200)."""
+    env = envelope(benchmark, family, round_)
+    out = set(env)
+    for (tp, pp, cp), pubs in env.items():
+        if any(_less_memory(q, gpu) for q in pubs):
+            out.update((t, pp, cp) for t in (1, 2, 4, 8, 16) if t < tp and tp % t == 0)
+    return frozenset(out)
+
+
 def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int,
-             round_: str | None = None) -> Published | None:
-    """The published configuration closest in GPU count with this (tp, pp, cp), or None."""
+             round_: str | None = None, gpu: str | None = None) -> Published | None:
+    """The published configuration closest in GPU count with this (tp, pp, cp); with `gpu`, where
+    there is none, one that ran this pp and cp at a larger tp on a GPU kind with less memory
+    (`proven_shapes`); else None."""
     cands = envelope(benchmark, family, round_).get((tp, pp, cp))
+    if not cands and gpu is not None:
+        cands = _from_smaller_gpu(benchmark, family, gpu, tp, pp, cp, round_)
     if not cands:
         return None
-    return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round))
+    return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round, p.tp))
 
 
 def proven_precisions(benchmark: str, gpu: str, round_: str) -> frozenset[str] | None:

@@ -44,6 +44,11 @@ class Layout:
     def microbatches(self) -> int:
         return self.gbs // (self.dp * self.mbs)
 
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(tp, pp, cp): the split that published configuration names state (plan/evidence.py)."""
+        return (self.tp, self.pp, self.cp)
+
     def short(self) -> str:
         v = f" vpp={self.vpp}" if self.vpp > 1 else ""
         return (f"tp={self.tp} pp={self.pp}{v} dp={self.dp} cp={self.cp} mbs={self.mbs} gbs={self.gbs} "
@@ -107,6 +112,7 @@ class Estimate:
                          "convergence_sd": round(self.sd_convergence, 4)},
             "evidence": (None if self.evidence is None else {
                 "submitter": self.evidence.submitter, "round": self.evidence.round, "gpus": self.evidence.gpus,
+                "gpu": self.evidence.gpu, "tp": self.evidence.tp, "pp": self.evidence.pp, "cp": self.evidence.cp,
                 "source": self.evidence.source}),
             "step_time_s": round(self.step_time_s, 5),
             "mfu": round(self.mfu, 4), "mfu_bf16": round(self.mfu_bf16, 4), "tokens_per_s": round(self.tokens_per_s, 1),

@@ -23,7 +23,7 @@ from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import cluster, gpu_for_result
 from trainperf.plan.perf import Estimate, Layout, Model
-from trainperf.plan.evidence import envelope, proven_precisions
+from trainperf.plan.evidence import proven_precisions, proven_shapes
 from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS
 from trainperf.plan.search import search
@@ -154,7 +154,7 @@ class Predictor:
         if not research and r in self.layouts:
             return Row(r, m.estimate(self.layouts[r]))
         res = search(m, r.n_gpus, gbs=r.gbs, ceiling=max_precision(r.round), top=1,
-                     proven=None if self.explore else set(envelope(m.b.mlperf, m.gpu.generation, m.b.round)),
+                     proven=None if self.explore else proven_shapes(m.b.mlperf, m.gpu.key, m.gpu.generation, m.b.round),
                      proven_precisions=None if self.explore else proven_precisions(m.b.mlperf, m.gpu.key, m.b.round))
         if not res.best:
             why = "no layout fits memory" if res.evaluated else f"no layout runs GBS {r.gbs} on {r.n_gpus} GPUs"
