@@ -116,20 +116,28 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     for e in res.best + [x for x in (res.fastest_unranked,) if x is not None]:
         e.evidence = evidence(b.mlperf, cl.gpu.generation, *e.layout.shape, n_gpus, b.round, gpu=cl.gpu.key)
     if not res.best:
-        if res.closest_unfit is not None:
-            lay = res.closest_unfit.layout
-            msg = f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout fits in memory; the smallest ({_spec(lay)}) {fits_hint(model, lay)}"
-            if fix:
-                free = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=1)
-                if free.best:
-                    msg += f"; this fits: --layout {_spec(free.best[0].layout)}"
-            raise PlanError(msg)
-        what = f"global batch {gbs}" if gbs else "any global batch in the RCP range"
-        raise PlanError(f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout{' matching --layout' if fix else ''} "
-                        f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
-                        f"dp*mbs must divide the global batch)")
+        raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {},
                 convergence=convergence, explore=explore, price=price, pue=pue, formats=formats)
+
+
+def _no_layout(model: Model, res, n_gpus: int, gbs: int | None, ceiling: str, precision: str | None,
+               fix: dict) -> PlanError:
+    """The one-line error when no layout fits memory or splits the batch; with --layout, the
+    free search's best as a hint."""
+    b, cl = model.b, model.cl
+    if res.closest_unfit is not None:
+        lay = res.closest_unfit.layout
+        msg = f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout fits in memory; the smallest ({_spec(lay)}) {fits_hint(model, lay)}"
+        if fix:
+            free = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=1)
+            if free.best:
+                msg += f"; this fits: --layout {_spec(free.best[0].layout)}"
+        return PlanError(msg)
+    what = f"global batch {gbs}" if gbs else "any global batch in the RCP range"
+    return PlanError(f"{b.name} on {n_gpus} x {cl.gpu.key}: no layout{' matching --layout' if fix else ''} "
+                     f"splits {what} over {n_gpus} GPUs (tp*pp*cp*dp must equal the GPU count and "
+                     f"dp*mbs must divide the global batch)")
 
 
 def proven_shapes(b: Benchmark, cl: Cluster) -> set:

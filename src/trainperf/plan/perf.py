@@ -201,22 +201,7 @@ class Model:
         attn_b = attn_f * ATTN_BWD_OVER_FWD
         elem_f = tokens * self._elementwise_bytes(precision) / tp / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE)
         elem_b = 2 * elem_f
-        # tensor parallel with sequence parallelism: all-gather before and reduce-scatter after
-        # each of the two GEMM pairs, forward and again backward
-        act_bytes = tokens * c.d_model * 2
-        link = self.nvl if tp <= g.nvlink_domain else self.nic
-        tp_one = comm.all_gather(act_bytes, tp, link)
-        tp_f, tp_b = 4 * tp_one, 4 * tp_one
-        # context parallel (ring attention): K and V chunks travel cp-1 hops forward, K, V and their
-        # gradients backward; hidden behind attention compute as far as it lasts
-        cp_link = self.nvl if tp * cp <= g.nvlink_domain else self.nic
-        kv_bytes = tokens * 2 * c.kv_heads * c.head_dim * 2 / tp
-        cp_f = (cp - 1) * comm.p2p(kv_bytes, cp_link) if cp > 1 else 0.0
-        cp_b = 2 * cp_f
-        ov = self.cal.overlap
-        exp_tp_f, exp_tp_b = (1 - ov) * tp_f, (1 - ov) * tp_b
-        exp_cp_f = max(0.0, cp_f - ov * attn_f)
-        exp_cp_b = max(0.0, cp_b - ov * attn_b)
+        exp_tp_f, exp_tp_b, exp_cp_f, exp_cp_b = self._exposed_comm(tokens, tp, cp, attn_f, attn_b)
         comp_f = gemm_f + attn_f + lora_f
         comp_b = gemm_b + attn_b + 2 * lora_f
         # recompute: full repeats the layer's forward (GEMMs, attention, its TP traffic) before the
@@ -239,6 +224,25 @@ class Model:
         }
         self._layer_cache[key] = out
         return out
+
+    def _exposed_comm(self, tokens: float, tp: int, cp: int, attn_f: float, attn_b: float) -> tuple:
+        """Seconds of one layer's tensor- and context-parallel traffic that compute does not hide:
+        (tp forward, tp backward, cp forward, cp backward)."""
+        c, g = self.cfg, self.gpu
+        # tensor parallel with sequence parallelism: all-gather before and reduce-scatter after
+        # each of the two GEMM pairs, forward and again backward
+        act_bytes = tokens * c.d_model * 2
+        link = self.nvl if tp <= g.nvlink_domain else self.nic
+        tp_one = comm.all_gather(act_bytes, tp, link)
+        tp_f, tp_b = 4 * tp_one, 4 * tp_one
+        # context parallel (ring attention): K and V chunks travel cp-1 hops forward, K, V and their
+        # gradients backward; hidden behind attention compute as far as it lasts
+        cp_link = self.nvl if tp * cp <= g.nvlink_domain else self.nic
+        kv_bytes = tokens * 2 * c.kv_heads * c.head_dim * 2 / tp
+        cp_f = (cp - 1) * comm.p2p(kv_bytes, cp_link) if cp > 1 else 0.0
+        cp_b = 2 * cp_f
+        ov = self.cal.overlap
+        return (1 - ov) * tp_f, (1 - ov) * tp_b, max(0.0, cp_f - ov * attn_f), max(0.0, cp_b - ov * attn_b)
 
     def _elementwise_bytes(self, precision: str) -> float:
         """HBM bytes per token of one layer's forward element-wise kernels: two norms (read+write h),
