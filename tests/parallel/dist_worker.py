@@ -57,6 +57,7 @@ def main() -> None:
         s = train(r, env, RunOptions(out=Path(job["out"]), max_steps=job["max_steps"], progress=False, resume=resume))
         if env.is_main:
             (Path(job["out"]) / "reductions.json").write_text(json.dumps({**COUNT, "steps": s.steps}))
+    env.close()  # as `trainperf run` does: a group torn down by interpreter exit can abort a worker
 
 
 if __name__ == "__main__":
