@@ -68,6 +68,16 @@ def test_worker_dying_after_the_finished_run_does_not_retrain(tmp_path):
     assert (out / "result_0.txt").read_text().count("run_start") == 1
 
 
+def test_worker_dying_after_the_finished_run_without_restarts_keeps_the_result(tmp_path):
+    # no restart allowed: torchrun exits non-zero, yet the finished result stands (and says why)
+    out = tmp_path / "run"
+    p = _run("--nproc", "2", "--set", "eval.target=4.0", "--max-steps", "16", "--out", str(out), cwd=tmp_path,
+             extra_env={"TRAINPERF_FAULT": "1:exit"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "only after the run had finished" in p.stderr
+    assert json.loads((out / "summary.json").read_text())["status"] == "success"
+
+
 def _log_time(log, key):
     for line in log.read_text().splitlines():
         rec = json.loads(line.split(":::MLLOG ", 1)[1])

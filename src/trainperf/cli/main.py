@@ -164,9 +164,13 @@ def _launch(recipe, args, out: Path) -> int:
     started = time.time()
     rc = launch.run_torchrun(args.nproc, args.max_restarts, launch.worker_argv(args.argv, out))
     status = launch.finished_status(out, since=started)
-    if rc != 0 or status is None:
+    if status is None:
         raise RunError(f"torchrun: the workers failed (exit {rc}, {args.max_restarts} restarts allowed); "
                        "see their messages above")
+    if rc != 0:
+        # rank 0 writes summary.json last, after every rank has finished the run's collectives
+        print(f"trainperf: torchrun exited {rc}, but only after the run had finished; its result in "
+              f"{out / 'summary.json'} is complete", file=sys.stderr)
     return _run_exit(recipe, args, out, status)
 
 
