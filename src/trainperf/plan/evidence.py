@@ -114,11 +114,9 @@ def proven_shapes(benchmark: str, gpu: str, family: str, round_: str | None = No
     the least that fit it; submitters on a bigger one cut it where memory allows (v4.1 LoRA: tp 4
     on the 80 GB H100, tp 1 on the 141 GB H200; v5.1 405B: tp 8 on the H100, tp 4 on the H200)."""
     env = envelope(benchmark, family, round_)
-    out = set(env)
-    for (tp, pp, cp), pubs in env.items():
-        if any(_less_memory(q, gpu) for q in pubs):
-            out.update((t, pp, cp) for t in (1, 2, 4, 8, 16) if t < tp and tp % t == 0)
-    return frozenset(out)
+    cut = {(t, pp, cp) for (_, pp, cp) in env for t in (1, 2, 4, 8)
+           if _from_smaller_gpu(benchmark, family, gpu, t, pp, cp, round_)}
+    return frozenset(env) | cut
 
 
 def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int,
