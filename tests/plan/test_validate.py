@@ -181,7 +181,9 @@ def test_band_split_is_deterministic_and_submitter_disjoint():
 
 def test_the_band_reads_config_sd_as_calibrate_measured_it(rows):
     """calibration.toml's config_sd is the split-conformal score of the band-calibration rows as
-    `plan` predicts them, on the stored parameters; every estimate's band uses it."""
+    `plan` predicts them, on the stored parameters: pooled, and per benchmark where the half holds
+    at least 4 of its rows (Mondrian: LoRA 40, 405B 5, 8B 6; GPT-3 has 2 and takes the pooled
+    figure); every estimate's band uses its benchmark's."""
     import math
 
     from trainperf.plan import interval
@@ -192,17 +194,26 @@ def test_the_band_reads_config_sd_as_calibrate_measured_it(rows):
     assert parse_calibration(cal.to_toml()) == cal
     sel = [r for r in rows if r.estimate is not None and r.result.band_split == "calibration"]
     assert len(sel) == 53
-    res = [math.log(r.result.minutes / r.estimate.minutes) for r in sel]
-    conv = [r.estimate.sd_convergence for r in sel]
-    q = interval.config_sd(res, conv, cal.software_sd)
+
+    def quantile(rs):
+        return interval.config_sd([math.log(r.result.minutes / r.estimate.minutes) for r in rs],
+                                  [r.estimate.sd_convergence for r in rs], cal.software_sd)
+
+    q = quantile(sel)
     assert cal.config_sd - 1e-4 < q <= cal.config_sd  # the quantile, rounded up to 4 decimals
     assert cal.config_sd > 0 and cal.software_sd > 0
+    assert set(cal.config_sd_by_benchmark) == {"llama2_70b_lora", "llama31_405b", "llama31_8b"}
+    for b, sd in cal.config_sd_by_benchmark.items():
+        q = quantile([r for r in sel if r.result.benchmark == b])
+        assert sd - 1e-4 < q <= sd, b
+    # the 8B's other submitters scatter most around the model: its band is the widest
+    assert cal.config_sd_for("llama31_8b") > cal.config_sd > cal.config_sd_for("llama31_405b")
+    assert cal.config_sd_for("gpt3") == cal.config_sd
     for r in rows:
         if r.estimate is not None:
-            e = r.estimate
-            assert e.sd_config == cal.config_sd and e.sd_software == cal.software_sd
-            assert e.sd_log == pytest.approx(math.sqrt(cal.config_sd ** 2 + cal.software_sd ** 2
-                                                       + e.sd_convergence ** 2))
+            e, want = r.estimate, cal.config_sd_for(r.result.benchmark)
+            assert e.sd_config == want and e.sd_software == cal.software_sd
+            assert e.sd_log == pytest.approx(math.sqrt(want ** 2 + cal.software_sd ** 2 + e.sd_convergence ** 2))
 
 
 def test_measure_band_reads_only_the_band_calibration_half():
@@ -223,17 +234,17 @@ def test_measure_band_reads_only_the_band_calibration_half():
 
 def test_band_coverage_on_the_evaluation_half_as_measured(rows):
     """Coverage of the 80% band on the evaluation half (rows the band was not calibrated on), as
-    measured on 2026-12-04 (docs/plan.md): overall 87.3% (69 of 79), LoRA 90.9%, 8B 75.0%, GPT-3 1
+    measured on 2026-12-04 (docs/plan.md): overall 89.9% (71 of 79), LoRA 90.9%, 8B 87.5%, GPT-3 1
     of 2, and 405B 6 of 6 (4 of 6 before Nebius's two v5.0 H200 rows got the tp 4 their GPU's
     memory allows). The margins allow a refit to move a row or two."""
     s = summary(rows)
     ev, bc = s["evaluation"], s["band_calibration"]
     assert "coverage_80_pct" not in s["held_out"]
     assert ev["rows"] == 79 and bc["rows"] == 53
-    assert 80 <= ev["coverage_80_pct"] <= 90  # the bar is 70-90%
+    assert 80 <= ev["coverage_80_pct"] <= 91  # the bar is 70-90%
     per = ev["per_benchmark"]
     assert 84 <= per["llama2_70b_lora"]["coverage_80_pct"] <= 95
-    assert 60 <= per["llama31_8b"]["coverage_80_pct"] <= 88
+    assert 75 <= per["llama31_8b"]["coverage_80_pct"] <= 94
     assert 66 <= per["llama31_405b"]["coverage_80_pct"]  # 4 to 6 of 6
     # split-conformal: the calibration half holds at least ceil(0.8*54) = 44 of its 53 rows
     assert 100 * 44 / 53 - 0.1 <= bc["coverage_80_pct"] <= 90
@@ -248,31 +259,32 @@ def test_band_coverage_on_the_evaluation_half_as_measured(rows):
 
 def test_cross_fitted_coverage_judges_each_half_by_the_other(rows):
     """Two-fold cross-conformal by submitter: the band-calibration half's rows get the spread
-    calibrated on the evaluation half, the evaluation half keeps the shipped one. Measured on
-    2026-12-04 (docs/plan.md): 81.8% of 132 held-out rows, GPT-3 3 of 4, LoRA 83.2%; outside the
-    70-90% bar: the 405B 11 of 11 (its errors are now the smallest, one band for all benchmarks is
-    too wide for it) and the 8B 15 of 22 (68.2%; one row short of 70%, its errors the largest)."""
+    calibrated on the evaluation half (per benchmark where that half has 4 rows of it, else
+    pooled), the evaluation half keeps the shipped one. Measured on 2026-12-04 (docs/plan.md): 83.3%
+    of 132 held-out rows, GPT-3 3 of 4, LoRA 81.1%, 8B 86.4% (68.2% with one pooled spread for
+    every benchmark); outside the 70-90% bar the 405B, 11 of 11: its errors are smaller than
+    NVIDIA's own spread, the part of the band no benchmark's rows set."""
     from trainperf.plan.validate import coverage, cross_fitted, measure_band
 
     cal = load_calibration()
     other = measure_band(cal, half="evaluation")
     assert other.config_sd > 0 and "cross-fitting only" in other.band_calibrated_on
+    assert set(other.config_sd_by_benchmark) == {"llama2_70b_lora", "llama31_405b", "llama31_8b"}
     # the evaluation-half calibration never reads the band-calibration half
     res = load_results()
     moved = [replace(r, minutes=5 * r.minutes) if r.band_split == "calibration" else r for r in res]
-    assert measure_band(cal, moved, half="evaluation").config_sd == other.config_sd
-    cross = cross_fitted(rows, other.config_sd)
+    again = measure_band(cal, moved, half="evaluation")
+    assert (again.config_sd, again.config_sd_by_benchmark) == (other.config_sd, other.config_sd_by_benchmark)
+    cross = cross_fitted(rows, other.config_sd, other.config_sd_by_benchmark)
     assert len(cross) == sum(1 for r in rows if r.estimate is not None and not r.result.fit)
     for r in cross:
-        want = other.config_sd if r.result.band_split == "calibration" else cal.config_sd
+        b = r.result.benchmark
+        want = other.config_sd_for(b) if r.result.band_split == "calibration" else cal.config_sd_for(b)
         assert r.estimate.sd_config == want
-    s = summary(rows, other.config_sd)["held_out"]
+    s = summary(rows, other.config_sd, other.config_sd_by_benchmark)["held_out"]
     assert s["coverage_80_pct_cross_fitted"] == round(coverage(cross), 1)
-    assert 75 <= s["coverage_80_pct_cross_fitted"] <= 85
+    assert 75 <= s["coverage_80_pct_cross_fitted"] <= 88
     per = s["per_benchmark"]
-    for b in ("gpt3", "llama2_70b_lora"):
+    for b in ("gpt3", "llama2_70b_lora", "llama31_8b"):
         assert 70 <= per[b]["coverage_80_pct_cross_fitted"] <= 90, (b, per[b])
-    assert 60 <= per["llama31_8b"]["coverage_80_pct_cross_fitted"] <= 80  # 15 of 22 measured
     assert per["llama31_405b"]["coverage_80_pct_cross_fitted"] >= 80  # 11 of 11 measured
-    with pytest.raises(ValueError):
-        measure_band(cal, half="fit")

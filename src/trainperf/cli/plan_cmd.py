@@ -220,16 +220,18 @@ def _validate(args) -> int:
     rows = validate(cal, results)
     # the cross-fitted coverage's other band, from every benchmark's evaluation-half rows just
     # predicted, as the shipped one came from every benchmark's band-calibration half (measure_band)
-    cross_sd = band_sd(rows, cal.software_sd, "evaluation")[0] if cal.config_sd > 0 else None
+    cross_sd, cross_by = band_sd(rows, cal.software_sd, "evaluation")[:2] if cal.config_sd > 0 else (None, None)
     if args.only:
         rows = [r for r in rows if args.only in (r.result.benchmark,) or r.result.benchmark in args.only]
-    s = summary(rows, cross_sd)
+    s = summary(rows, cross_sd, cross_by)
     anchors, speedup = check_anchors(cal) if not args.only else ([], None)
     if args.json:
         out = {"summary": s, "calibration": {"fitted_on": cal.fitted_on, "source": cal.source,
                                            "software_sd": cal.software_sd, "config_sd": cal.config_sd,
+                                           "config_sd_by_benchmark": cal.config_sd_by_benchmark,
                                            "band_calibrated_on": cal.band_calibrated_on,
-                                           "config_sd_evaluation_half": cross_sd},
+                                           "config_sd_evaluation_half": cross_sd,
+                                           "config_sd_by_benchmark_evaluation_half": cross_by},
                "anchors": [a.to_dict() for a in anchors], "speedup": speedup, "rows": [
             {"round": r.result.round, "benchmark": r.result.benchmark, "submitter": r.result.submitter,
              "accelerator": r.result.accelerator, "gpus": r.result.n_gpus, "global_batch_size": r.result.gbs,
@@ -248,7 +250,7 @@ def _validate(args) -> int:
              "source": r.result.source} for r in rows]}
         print(json.dumps(out, indent=1))
         return 0
-    print_validation(rows, s, cal, cross_sd)
+    print_validation(rows, s, cal, cross_sd, cross_by)
     if anchors:
         print_anchors(anchors, speedup)
     return 0
@@ -268,7 +270,8 @@ def _calibrate(args) -> int:
     e = s["evaluation"]
     print(f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
           f"held-out MAPE {s['held_out']['mape']}% on {s['held_out']['rows']} rows; band: software_sd "
-          f"{cal.software_sd:.4f} (fit rows), config_sd {cal.config_sd:.4f} ({s['band_calibration']['rows']} "
+          f"{cal.software_sd:.4f} (fit rows), config_sd {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
+          f"({s['band_calibration']['rows']} "
           f"band-calibration rows), 80% band coverage {e['coverage_80_pct']}% on {e['rows']} evaluation rows")
     return 0
 
@@ -382,7 +385,9 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
     c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (sd of log minutes {best.sd_log:.3f}: "
             f"NVIDIA's own spread {best.sd_software:.3f}, configurations NVIDIA did not submit {best.sd_config:.3f} "
-            f"from half of the other submitters' results, convergence {best.sd_convergence:.3f} from the RCPs; "
+            f"from half of the other submitters' {plan.bench.mlperf} results"
+            f"{'' if plan.bench.mlperf in plan.calibration.config_sd_by_benchmark else ' (too few of them: all benchmarks pooled)'}, "
+            f"convergence {best.sd_convergence:.3f} from the RCPs; "
             "`plan validate` shows its coverage of the other half)")
     c.print(_evidence_line(plan))
     c.print(_cost_line(plan.cost))
@@ -433,7 +438,14 @@ def print_vs(a, b) -> None:
             + (f", ${b.cost.cost_usd:,.0f} vs ${a.cost.cost_usd:,.0f}" if a.cost.cost_usd is not None else ""))
 
 
-def print_validation(rows, s, cal, cross_sd: float | None = None) -> None:
+def _sds(pooled: float, by: dict) -> str:
+    """'0.053 (llama31_8b 0.105, ...; others pooled)': a band's configuration spreads."""
+    if not by:
+        return f"{pooled:.3f}"
+    return f"{pooled:.3f} pooled ({', '.join(f'{b} {v:.3f}' for b, v in sorted(by.items()))}; the others pooled)"
+
+
+def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict | None = None) -> None:
     from rich.table import Table
 
     c = _console()
@@ -471,11 +483,12 @@ def print_validation(rows, s, cal, cross_sd: float | None = None) -> None:
                           f"{d['submitted_mape']:.1f}%", f"{d['submitted_mean_signed_pct']:+.1f}%")
     c.print(n)
     c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
-            f"of configurations NVIDIA did not submit {cal.config_sd:.3f} ({cal.band_calibrated_on}) and each "
-            "benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
+            f"of configurations NVIDIA did not submit {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
+            f"({cal.band_calibrated_on}) and each benchmark's RCP convergence spread; negative signed error: the "
+            "model is too optimistic")
     if cross_sd is not None:
         c.print(f"cross-fitted coverage: the band-calibration half's rows judged with the configuration spread "
-                f"{cross_sd:.3f} calibrated on the evaluation half the same way (not shipped)")
+                f"{_sds(cross_sd, cross_by or {})} calibrated on the evaluation half the same way (not shipped)")
     c.print(f"calibration: {cal.fitted_on}")
 
 

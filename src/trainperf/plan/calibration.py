@@ -37,6 +37,9 @@ class Calibration:
     # the extra spread of configurations NVIDIA did not submit, calibrated split-conformally on the
     # band-calibration half of the held-out rows (validate.band_half); 0 = NVIDIA's spread only
     config_sd: float = 0.0
+    # the same, per benchmark (MLPerf name), where the band-calibration half has rows enough for
+    # the 80% quantile on its own (Mondrian split-conformal); other benchmarks use `config_sd`
+    config_sd_by_benchmark: dict = field(default_factory=dict)
     band_calibrated_on: str = "not calibrated"
     fitted_on: str = "not fitted"
     fit_rows: int = 0
@@ -44,6 +47,10 @@ class Calibration:
 
     def efficiency(self, generation: str) -> float:
         return self.gemm_eff.get(generation, self.gemm_eff.get("default", DEFAULT_EFF))
+
+    def config_sd_for(self, benchmark: str) -> float:
+        """The configuration spread of `benchmark`'s band (MLPerf name)."""
+        return self.config_sd_by_benchmark.get(benchmark, self.config_sd)
 
     def shape_half(self, gpu) -> float:
         """Bigger GPUs need bigger matmuls to fill: the half-efficiency size grows with peak."""
@@ -59,6 +66,9 @@ class Calibration:
                  f"software_sd = {self.software_sd:.4f}", f"config_sd = {self.config_sd:.4f}",
                  f'band_calibrated_on = "{self.band_calibrated_on}"', "", "[gemm_eff]"]
         lines += [f"{k} = {v:.4f}" for k, v in sorted(self.gemm_eff.items())]
+        if self.config_sd_by_benchmark:
+            lines += ["", "[config_sd_by_benchmark]"]
+            lines += [f"{k} = {v:.4f}" for k, v in sorted(self.config_sd_by_benchmark.items())]
         return "\n".join(lines) + "\n"
 
 

@@ -447,7 +447,8 @@ class Model:
                         capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
                         rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
                         evals=evals, train_s=samples / lay.gbs * step, eval_s=evals * self._eval_time(lay, st),
-                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd, sd_config=self.cal.config_sd,
+                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd,
+                        sd_config=self.cal.config_sd_for(self.b.mlperf),
                         sd_convergence=self.sd_conv)
 
 

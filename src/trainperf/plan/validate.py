@@ -236,15 +236,16 @@ SPLITS = {  # summary key -> the rows' band_split values
 }
 
 
-def summary(rows: list[Row], cross_sd: float | None = None) -> dict:
+def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | None = None) -> dict:
     """MAPE, mean signed error and 80%-band coverage per benchmark and overall, fit and held-out
     rows apart, and on the rows that name their layout the searched and submitted-layout MAPE.
     The held-out rows are also summarised per band half: `evaluation` carries the band's coverage
     (the rows it was not calibrated on), `band_calibration` the rows that set `config_sd` (their
     coverage is the calibration's own, about 80% by construction). `held_out` carries coverage only
-    cross-fitted: with `cross_sd`, the configuration spread calibrated on the evaluation half
-    (`measure_band(..., half="evaluation")`), each held-out row is judged by a band calibrated on
-    the other half (`cross_fitted`), so no row is judged by a band fitted to it."""
+    cross-fitted: with `cross_sd` (and `cross_by`, per benchmark), the configuration spread
+    calibrated on the evaluation half (`measure_band(..., half="evaluation")`), each held-out row is
+    judged by a band calibrated on the other half (`cross_fitted`), so no row is judged by a band
+    fitted to it."""
     out: dict = {}
     for split, halves in SPLITS.items():
         band = split != "held_out"
@@ -253,7 +254,7 @@ def summary(rows: list[Row], cross_sd: float | None = None) -> dict:
                for b in sorted({r.result.benchmark for r in sel}) for rb in [[r for r in sel if r.result.benchmark == b]]}
         out[split] = {**_stats(sel, band), "named_layout": _named(sel), "per_benchmark": per}
     if cross_sd is not None:
-        cross = cross_fitted(rows, cross_sd)
+        cross = cross_fitted(rows, cross_sd, cross_by)
         h = out["held_out"]
         h["coverage_80_pct_cross_fitted"] = round(coverage(cross), 1) if cross else None
         for b, d in h["per_benchmark"].items():
@@ -262,13 +263,15 @@ def summary(rows: list[Row], cross_sd: float | None = None) -> dict:
     return out
 
 
-def cross_fitted(rows: list[Row], other_sd: float) -> list[Row]:
+def cross_fitted(rows: list[Row], other_sd: float, other_by: dict | None = None) -> list[Row]:
     """The held-out rows, each with the band calibrated on the half it is not in: evaluation-half
     rows keep the shipped band (calibrated on the band-calibration half), band-calibration-half rows
-    get `other_sd`, the configuration spread calibrated on the evaluation half (two-fold
-    cross-conformal, split by submitter)."""
-    return [replace(r, estimate=replace(r.estimate, sd_config=other_sd)) if r.result.band_split == "calibration"
-            else r for r in rows if r.estimate is not None and not r.result.fit]
+    get the configuration spread calibrated on the evaluation half: their benchmark's in
+    `other_by`, else `other_sd` (two-fold cross-conformal, split by submitter)."""
+    other_by = other_by or {}
+    return [replace(r, estimate=replace(r.estimate, sd_config=other_by.get(r.result.benchmark, other_sd)))
+            if r.result.band_split == "calibration" else r
+            for r in rows if r.estimate is not None and not r.result.fit]
 
 
 # -- calibration fit --------------------------------------------------------------------------
@@ -385,31 +388,45 @@ def measure_band(calib: Calibration, results: list[Result] | None = None,
     if half not in ("calibration", "evaluation"):
         raise ValueError(f"measure_band: half must be calibration or evaluation, not {half!r}")
     allr = results if results is not None else load_results()
-    pred = Predictor(replace(calib, config_sd=0.0))
-    sd, used = band_sd([pred.predict(r) for r in allr if r.band_split == half], calib.software_sd, half)
+    pred = Predictor(replace(calib, config_sd=0.0, config_sd_by_benchmark={}))
+    sd, by, used = band_sd([pred.predict(r) for r in allr if r.band_split == half], calib.software_sd, half)
     subs = {submitter_key(r.result.submitter) for r in used}
     on = (f"{len(used)} held-out results of {len(subs)} submitters, the band-calibration half (submitters whose "
-          "name hashes even, validate.band_half), split-conformal; coverage is reported on the other half")
+          "name hashes even, validate.band_half), split-conformal, pooled and per benchmark with 4 rows or more "
+          "(Mondrian); coverage is reported on the other half")
     if half == "evaluation":
         on = f"{len(used)} held-out results of {len(subs)} submitters, the evaluation half (cross-fitting only)"
-    return replace(calib, config_sd=sd, band_calibrated_on=on)
+    return replace(calib, config_sd=sd, config_sd_by_benchmark=by, band_calibrated_on=on)
 
 
-def band_sd(rows: list[Row], software_sd: float, half: str) -> tuple[float, list[Row]]:
-    """(config_sd, the rows it was read from): the split-conformal configuration spread of the
-    predicted rows in band half `half`, around `software_sd`. Only the predicted minutes are read,
-    which the band does not move, so rows predicted with any `config_sd` give the same figure."""
-    from trainperf.plan import interval
-
+def band_sd(rows: list[Row], software_sd: float, half: str) -> tuple[float, dict[str, float], list[Row]]:
+    """(config_sd, config_sd per benchmark, the rows they were read from): the split-conformal
+    configuration spread of the predicted rows in band half `half`, around `software_sd`, over all
+    of them, and for each benchmark with rows enough for the 80% quantile on its own (Mondrian
+    conformal: at least 4). Only the predicted minutes are read, which the band does not move, so
+    rows predicted with any `config_sd` give the same figures."""
     used = [r for r in rows if r.estimate is not None and r.result.band_split == half]
-    res = [math.log(r.result.minutes / r.estimate.minutes) for r in used]
+    by = {}
+    for b in sorted({r.result.benchmark for r in used}):
+        try:
+            by[b] = _conformal([r for r in used if r.result.benchmark == b], software_sd)
+        except ValueError:
+            continue  # too few rows: this benchmark's band uses the pooled spread
     try:
-        sd = interval.config_sd(res, [r.estimate.sd_convergence for r in used], software_sd)
+        sd = _conformal(used, software_sd)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    return sd, by, used
+
+
+def _conformal(rows: list[Row], software_sd: float) -> float:
+    from trainperf.plan import interval
+
+    res = [math.log(r.result.minutes / r.estimate.minutes) for r in rows]
+    sd = interval.config_sd(res, [r.estimate.sd_convergence for r in rows], software_sd)
     # rounded up to the 4 decimals calibration.toml keeps: rounded down, the row at the quantile
     # would fall just outside its band and the calibration rows would hold one fewer than conformal asks
-    return math.ceil(round(sd * 1e4, 6)) / 1e4, used
+    return math.ceil(round(sd * 1e4, 6)) / 1e4
 
 
 # -- the article's checks ---------------------------------------------------------------------
