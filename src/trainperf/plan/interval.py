@@ -8,7 +8,8 @@ A published score differs from the model's minutes for three reasons the model d
   sizes, software versions and layouts scatter more around the model than NVIDIA's rows do (on the
   same system in the same round submitters differ little, so this is mostly the model's error away
   from its fit rows). It is calibrated split-conformally on one half of the held-out rows, split by
-  submitter (validate.band_half); coverage is reported on the other half only;
+  submitter (validate.band_half), per benchmark where that half has 4 of its rows (Mondrian), else
+  pooled; coverage is reported on the other half only;
 - **convergence**: a score is the olympic mean of `runs_per_result` runs, each converging in a
   different number of samples. The seed-to-seed spread comes from the RCP files (the reference's
   own runs at each batch size); the olympic mean of n runs of a normal spread keeps a share of its
