@@ -210,19 +210,25 @@ def run_command(plan) -> str:
     return "\n".join(lines + notes)
 
 
+def _picked(only: str, benchmark: str) -> bool:
+    """--benchmark ONLY names this results row's benchmark: its MLPerf name ('gpt3') or a name
+    containing it ('gpt3_175b')."""
+    return benchmark in only
+
+
 def _validate(args) -> int:
     from trainperf.plan.validate import band_sd, check_anchors, load_results, summary, validate
 
     cal, _ = _calibration(args)
     results = load_results()
-    if args.only and not any(args.only in (r.benchmark,) or r.benchmark in args.only for r in results):
+    if args.only and not any(_picked(args.only, r.benchmark) for r in results):
         raise UsageError(f"--benchmark: no published rows for '{args.only}'")
     rows = validate(cal, results)
     # the cross-fitted coverage's other band, from every benchmark's evaluation-half rows just
     # predicted, as the shipped one came from every benchmark's band-calibration half (measure_band)
     cross_sd, cross_by = band_sd(rows, cal.software_sd, "evaluation")[:2] if cal.config_sd > 0 else (None, None)
     if args.only:
-        rows = [r for r in rows if args.only in (r.result.benchmark,) or r.result.benchmark in args.only]
+        rows = [r for r in rows if _picked(args.only, r.result.benchmark)]
     s = summary(rows, cross_sd, cross_by)
     anchors, speedup = check_anchors(cal) if not args.only else ([], None)
     if args.json:
@@ -439,7 +445,7 @@ def print_vs(a, b) -> None:
 
 
 def _sds(pooled: float, by: dict) -> str:
-    """'0.053 (llama31_8b 0.105, ...; others pooled)': a band's configuration spreads."""
+    """'0.053 pooled (llama31_8b 0.105, ...; the others pooled)': a band's configuration spreads."""
     if not by:
         return f"{pooled:.3f}"
     return f"{pooled:.3f} pooled ({', '.join(f'{b} {v:.3f}' for b, v in sorted(by.items()))}; the others pooled)"
