@@ -132,6 +132,24 @@ def test_rows_that_name_their_layout_get_a_submitted_prediction(rows):
     assert s["held_out"]["named_layout"]["rows"] == sum(1 for r in named if not r.result.fit)
 
 
+def test_named_rows_carry_their_logged_step_and_its_error(rows):
+    """At the submitted layout, the predicted step and evaluation times are set against what the
+    result logs record (plan/logged.py), and the summary reports both errors per split."""
+    by = {(r.result.round, r.result.benchmark, r.result.submitter, r.result.n_gpus): r for r in rows}
+    azure = by[("4.1", "llama2_70b_lora", "Azure", 512)]
+    assert azure.logged.step_s == pytest.approx(0.570, rel=0.01) and azure.logged.eval_s > 1
+    assert azure.step_error == pytest.approx(azure.submitted.step_time_s / azure.logged.step_s - 1)
+    assert azure.eval_error == pytest.approx(azure.submitted.eval_s / azure.submitted.evals / azure.logged.eval_s - 1)
+    stepped = [r for r in rows if r.step_error is not None]
+    assert all(r.submitted is not None and r.logged is not None for r in stepped)
+    held = summary(rows)["held_out"]["named_layout"]["logged_step"]
+    assert held["rows"] == sum(1 for r in stepped if not r.result.fit) > 50
+    assert held["mape"] == pytest.approx(100 * sum(abs(r.step_error) for r in stepped if not r.result.fit)
+                                         / held["rows"], abs=0.01)
+    # rows whose config names no single layout get no step error, whatever their logs say
+    assert all(r.step_error is None for r in rows if r.submitted is None)
+
+
 def test_published_layouts_are_filed_under_the_model_they_train():
     """A Llama 3.1 405B layout needs at least 16-way model parallelism (810 GB of BF16 weights
     alone, 80-288 GB per GPU); the 8B never ran one that large. Dell's and Cisco's shared NeMo

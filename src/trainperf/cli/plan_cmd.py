@@ -252,7 +252,10 @@ def _validate(args) -> int:
              "configs": [c.source for c in r.configs],
              "submitted_layout": None if r.submitted is None else {
                  "minutes": round(r.submitted.minutes, 4), "error_pct": round(100 * r.submitted_error, 2),
-                 "layout": r.submitted.layout.to_dict()},
+                 "layout": r.submitted.layout.to_dict(), "step_s": round(r.submitted.step_time_s, 5),
+                 "step_error_pct": _pct(r.step_error), "eval_error_pct": _pct(r.eval_error)},
+             "logged": None if r.logged is None else {"step_s": r.logged.step_s, "eval_s": r.logged.eval_s,
+                                                      "logs": r.logged.logs, "method": r.logged.method},
              "source": r.result.source} for r in rows]}
         print(json.dumps(out, indent=1))
         return 0
@@ -260,6 +263,31 @@ def _validate(args) -> int:
     if anchors:
         print_anchors(anchors, speedup)
     return 0
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else round(100 * x, 2)
+
+
+def _named_table(s: dict, benches: list[str]):
+    from rich.table import Table
+
+    n = Table(title="rows whose submission's config names its layout: searched vs submitted-layout error, and "
+                    "at the submitted layout the step and evaluation time against the result logs' own")
+    for col in ("benchmark", "split", "rows", "searched MAPE", "submitted MAPE", "submitted signed",
+                "logged rows", "step MAPE", "step signed", "eval MAPE", "eval signed"):
+        n.add_column(col, justify="left" if col in ("benchmark", "split") else "right")
+    for split in ("fit", "held_out"):
+        for bname in benches + ["overall"]:
+            d = (s[split] if bname == "overall" else s[split]["per_benchmark"].get(bname, {})).get("named_layout", {})
+            if not d.get("rows"):
+                continue
+            logged = [v for x in (d["logged_step"], d["logged_eval"])
+                      for v in ((f"{x['mape']:.1f}%", f"{x['mean_signed_pct']:+.1f}%") if x["rows"] else ("-", "-"))]
+            n.add_row(bname, split.replace("_", "-"), str(d["rows"]), f"{d['searched_mape']:.1f}%",
+                      f"{d['submitted_mape']:.1f}%", f"{d['submitted_mean_signed_pct']:+.1f}%",
+                      str(d["logged_step"]["rows"]), *logged)
+    return n
 
 
 def _calibrate(args) -> int:
@@ -342,6 +370,15 @@ def _evidence_line(plan) -> str:
     return s
 
 
+def _trend_line(trend, best) -> str:
+    lo, mid, hi = trend.per_round
+    fast, m, slow = trend.minutes(best.train_s, best.eval_s + best.overhead_s)
+    return (f"software trend: the logged results end at round {trend.newest}, {trend.rounds_ahead} round(s) before "
+            f"this one; where NVIDIA ran one configuration in two rounds its step got {lo:.2f}-{hi:.2f}x faster per "
+            f"round (median {mid:.2f}x, {len(trend.pairs)} configurations, plan/data/logged_steps.csv). Not applied: "
+            f"if it holds, {m:.3f} min ({fast:.3f}-{slow:.3f}) instead of {best.minutes:.3f}")
+
+
 def _cost_line(cost) -> str:
     s = (f"cost: {cost.gpu_hours:,.1f} GPU-hours ({cost.gpu_hours_p10:,.1f}-{cost.gpu_hours_p90:,.1f}), "
          f"{cost.energy_kwh:,.0f} kWh (GPUs at {cost.tdp_w:.0f} W TDP x PUE {cost.pue}, an upper bound for the GPUs)")
@@ -396,6 +433,8 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f"convergence {best.sd_convergence:.3f} from the RCPs; "
             "`plan validate` shows its coverage of the other half)")
     c.print(_evidence_line(plan))
+    if plan.trend is not None:
+        c.print(_trend_line(plan.trend, best))
     c.print(_cost_line(plan.cost))
     if explain:
         print_explain(best)
@@ -478,16 +517,7 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
     c.print(_error_table(s, benches))
-    n = Table(title="rows whose submission's config names its layout: searched vs submitted-layout error")
-    for col in ("benchmark", "split", "rows", "searched MAPE", "submitted MAPE", "submitted signed"):
-        n.add_column(col, justify="left" if col in ("benchmark", "split") else "right")
-    for split in ("fit", "held_out"):
-        for bname in benches + ["overall"]:
-            d = (s[split] if bname == "overall" else s[split]["per_benchmark"].get(bname, {})).get("named_layout", {})
-            if d.get("rows"):
-                n.add_row(bname, split.replace("_", "-"), str(d["rows"]), f"{d['searched_mape']:.1f}%",
-                          f"{d['submitted_mape']:.1f}%", f"{d['submitted_mean_signed_pct']:+.1f}%")
-    c.print(n)
+    c.print(_named_table(s, benches))
     c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
             f"of configurations NVIDIA did not submit {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
             f"({cal.band_calibrated_on}) and each benchmark's RCP convergence spread; negative signed error: the "

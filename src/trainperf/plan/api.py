@@ -13,6 +13,7 @@ from trainperf.plan.cost import Cost, cost_of
 from trainperf.plan.evidence import evidence, proven_precisions
 from trainperf.plan.evidence import proven_shapes as _proven_shapes
 from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
+from trainperf.plan.logged import Trend, software_trend
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
 from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
@@ -40,6 +41,12 @@ class Plan:
     def best(self) -> Estimate:
         return self.result.best[0]
 
+    @property
+    def trend(self) -> Trend | None:
+        """For a round after the newest logged results: how fast NVIDIA's software moved per round
+        (plan/logged.py). The minutes do not apply it; the output says what it would change."""
+        return software_trend(self.bench.round)
+
     def to_dict(self) -> dict:
         b = self.best
         d = {
@@ -58,6 +65,8 @@ class Plan:
                        "from earlier rounds), then the rest; within each, formats NVIDIA ran on this GPU "
                        "kind this round first",
             "formats_published": sorted(self.formats) if self.formats else None,
+            "software_trend": (None if self.trend is None else
+                               self.trend.to_dict(b.train_s, b.eval_s + b.overhead_s)),
             "fastest_unpublished": (self.result.fastest_unranked.to_dict()
                                     if self.result.fastest_unranked is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),

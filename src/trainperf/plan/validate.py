@@ -26,6 +26,7 @@ from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.evidence import proven_precisions, proven_shapes
 from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS
+from trainperf.plan.logged import Logged, load_logged, relative_error
 from trainperf.plan.search import search
 from trainperf.plan.workload import load_benchmark, max_precision
 
@@ -109,6 +110,7 @@ class Row:
     reason: str = ""  # why there is no prediction
     submitted: Estimate | None = None  # at the layout the submission's config names, where it names one
     configs: tuple = ()  # evidence.Published: the submission's configs at its GPU kind and count
+    logged: Logged | None = None  # the step and evaluation times its result logs record (plan/logged.py)
 
     @property
     def error(self) -> float:
@@ -118,6 +120,22 @@ class Row:
     @property
     def submitted_error(self) -> float | None:
         return None if self.submitted is None else self.submitted.minutes / self.result.minutes - 1
+
+    @property
+    def step_error(self) -> float | None:
+        """Predicted step time at the submitted layout against the logged one: the part of the
+        error that is the performance model's, free of convergence and evaluations."""
+        if self.submitted is None or self.logged is None:
+            return None
+        return relative_error(self.submitted.step_time_s, self.logged.step_s)
+
+    @property
+    def eval_error(self) -> float | None:
+        """Predicted time of one evaluation (at the submitted layout) against the logged one."""
+        e = self.submitted
+        if e is None or self.logged is None or self.logged.eval_s is None or not e.evals:
+            return None
+        return relative_error(e.eval_s / e.evals, self.logged.eval_s)
 
     @property
     def config_precision(self) -> str:
@@ -186,10 +204,14 @@ class Predictor:
 
 
 def validate(calib: Calibration, results: list[Result] | None = None, submitted: bool = True) -> list[Row]:
-    """Every row predicted as `plan` would; with `submitted`, also at its submission's named layout."""
+    """Every row predicted as `plan` would; with `submitted`, also at its submission's named layout
+    and with the step and evaluation times its logs record."""
     p = Predictor(calib)
     rows = [p.predict(r) for r in (results if results is not None else load_results())]
-    return [p.with_submitted(row) for row in rows] if submitted else rows
+    if not submitted:
+        return rows
+    logged = load_logged()
+    return [replace(p.with_submitted(row), logged=logged.get(row.result.source)) for row in rows]
 
 
 def mape(rows: list[Row]) -> float | None:
@@ -227,7 +249,18 @@ def _named(rows: list[Row]) -> dict:
     sub = [abs(r.submitted_error) for r in sel]
     return {"rows": len(sel), "searched_mape": round(mape(sel), 2),
             "submitted_mape": round(100 * sum(sub) / len(sub), 2),
-            "submitted_mean_signed_pct": round(100 * sum(r.submitted_error for r in sel) / len(sel), 2)}
+            "submitted_mean_signed_pct": round(100 * sum(r.submitted_error for r in sel) / len(sel), 2),
+            "logged_step": _errors([r.step_error for r in sel]),
+            "logged_eval": _errors([r.eval_error for r in sel])}
+
+
+def _errors(errs: list[float | None]) -> dict:
+    """Rows, MAPE and mean signed error (in %) of the relative errors that exist."""
+    e = [x for x in errs if x is not None]
+    if not e:
+        return {"rows": 0}
+    return {"rows": len(e), "mape": round(100 * sum(map(abs, e)) / len(e), 2),
+            "mean_signed_pct": round(100 * sum(e) / len(e), 2)}
 
 
 SPLITS = {  # summary key -> the rows' band_split values
