@@ -81,3 +81,17 @@ def test_validate_reports_coverage_on_the_evaluation_half(capsys):
         assert s[key]["rows"] == len(rows)
         assert s[key]["coverage_80_pct"] == pytest.approx(100 * inside / len(rows), abs=0.1)
     assert d["calibration"]["config_sd"] > 0 and "band-calibration half" in d["calibration"]["band_calibrated_on"]
+
+
+def test_coverage_interval_is_the_exact_binomial_one():
+    from trainperf.plan.interval import coverage_interval
+
+    # closed forms at the edges: all inside -> ((1-conf)/2)^(1/n); none inside -> 1 - that
+    assert coverage_interval(11, 11) == (pytest.approx(0.05 ** (1 / 11)), 1.0)
+    assert coverage_interval(0, 5) == (0.0, pytest.approx(1 - 0.05 ** (1 / 5)))
+    lo, hi = coverage_interval(8, 10)  # tabulated Clopper-Pearson 90%: 0.4931-0.9632
+    assert (lo, hi) == (pytest.approx(0.4931, abs=1e-4), pytest.approx(0.9632, abs=1e-4))
+    lo, hi = coverage_interval(106, 132)
+    assert lo < 106 / 132 < hi and hi - lo < 0.15
+    with pytest.raises(ValueError):
+        coverage_interval(3, 2)

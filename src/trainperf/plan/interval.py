@@ -51,6 +51,33 @@ def band(minutes: float, sd: float) -> tuple[float, float]:
     return minutes * math.exp(-Z80 * sd), minutes * math.exp(Z80 * sd)
 
 
+def _binom_tail(k: int, n: int, p: float, upper: bool) -> float:
+    """P(X >= k) (upper) or P(X <= k) for X ~ Binomial(n, p)."""
+    ks = range(k, n + 1) if upper else range(0, k + 1)
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in ks)
+
+
+def coverage_interval(inside: int, n: int, conf: float = 0.9) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided `conf` interval for a coverage of `inside` of `n` rows: the
+    true coverages under which so few or so many rows inside would not be rarer than (1-conf)/2.
+    Rows are taken as independent; rows of one submitter are not quite, so it is if anything narrow."""
+    if not 0 <= inside <= n or n < 1:
+        raise ValueError(f"coverage_interval: {inside} inside of {n} rows")
+    tail = (1 - conf) / 2
+
+    def solve(f, target: float) -> float:  # f rises with p: bisect for f(p) = target
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    # low: P(X >= inside) reaches the tail; high: P(X <= inside) falls to it
+    low = 0.0 if inside == 0 else solve(lambda p: _binom_tail(inside, n, p, upper=True), tail)
+    high = 1.0 if inside == n else solve(lambda p: 1 - _binom_tail(inside, n, p, upper=False), 1 - tail)
+    return low, high
+
+
 def software_sd(log_residuals: list[float], conv_sds: list[float], n_params: int) -> float:
     """The software/submitter spread from fit rows: their residual variance (about 0: the fit
     minimises absolute log error, so the mean is taken out too), widened for the fitted

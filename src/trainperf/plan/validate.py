@@ -224,13 +224,25 @@ def signed(rows: list[Row]) -> float | None:
     return 100 * sum(errs) / len(errs) if errs else None
 
 
+def _inside(rows: list[Row]) -> tuple[int, int]:
+    """(rows whose published minutes lie inside the predicted p10..p90 band, predicted rows)."""
+    sel = [r for r in rows if r.estimate is not None]
+    return sum(1 for r in sel if r.estimate.minutes_p10 <= r.result.minutes <= r.estimate.minutes_p90), len(sel)
+
+
 def coverage(rows: list[Row]) -> float | None:
     """Share of rows whose published minutes lie inside the predicted p10..p90 band, in %."""
-    sel = [r for r in rows if r.estimate is not None]
-    if not sel:
-        return None
-    inside = sum(1 for r in sel if r.estimate.minutes_p10 <= r.result.minutes <= r.estimate.minutes_p90)
-    return 100 * inside / len(sel)
+    inside, n = _inside(rows)
+    return 100 * inside / n if n else None
+
+
+def coverage_ci(rows: list[Row]) -> list[float] | None:
+    """The exact 90% interval (in %) of the coverage the rows measure (interval.coverage_interval):
+    where it contains 80, these rows cannot tell the band from a calibrated one."""
+    from trainperf.plan.interval import coverage_interval
+
+    inside, n = _inside(rows)
+    return [round(100 * x, 1) for x in coverage_interval(inside, n)] if n else None
 
 
 def _stats(rows: list[Row], band: bool = True) -> dict:
@@ -238,6 +250,7 @@ def _stats(rows: list[Row], band: bool = True) -> dict:
          "mean_signed_pct": round(signed(rows), 2) if rows else None}
     if band:
         d["coverage_80_pct"] = round(coverage(rows), 1) if rows else None
+        d["coverage_80_ci90"] = coverage_ci(rows) if rows else None
     return d
 
 
@@ -290,8 +303,11 @@ def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | Non
         cross = cross_fitted(rows, cross_sd, cross_by)
         h = out["held_out"]
         h["coverage_80_pct_cross_fitted"] = round(coverage(cross), 1) if cross else None
+        h["coverage_80_ci90_cross_fitted"] = coverage_ci(cross) if cross else None
         for b, d in h["per_benchmark"].items():
-            d["coverage_80_pct_cross_fitted"] = round(coverage([r for r in cross if r.result.benchmark == b]), 1)
+            rb = [r for r in cross if r.result.benchmark == b]
+            d["coverage_80_pct_cross_fitted"] = round(coverage(rb), 1)
+            d["coverage_80_ci90_cross_fitted"] = coverage_ci(rb)
     out["skipped"] = sum(1 for r in rows if r.estimate is None)
     return out
 
