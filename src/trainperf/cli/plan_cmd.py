@@ -433,8 +433,8 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f"convergence {best.sd_convergence:.3f} from the RCPs; "
             "`plan validate` shows its coverage of the other half)")
     c.print(_evidence_line(plan))
-    if plan.trend is not None:
-        c.print(_trend_line(plan.trend, best))
+    if (trend := plan.trend) is not None:
+        c.print(_trend_line(trend, best))
     c.print(_cost_line(plan.cost))
     if explain:
         print_explain(best)

@@ -65,8 +65,8 @@ class Plan:
                        "from earlier rounds), then the rest; within each, formats NVIDIA ran on this GPU "
                        "kind this round first",
             "formats_published": sorted(self.formats) if self.formats else None,
-            "software_trend": (None if self.trend is None else
-                               self.trend.to_dict(b.train_s, b.eval_s + b.overhead_s)),
+            "software_trend": (None if (trend := self.trend) is None else
+                               trend.to_dict(b.train_s, b.eval_s + b.overhead_s)),
             "fastest_unpublished": (self.result.fastest_unranked.to_dict()
                                     if self.result.fastest_unranked is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),

@@ -61,8 +61,17 @@ def _row(d: dict, where: str) -> tuple[str, Logged]:
 
 
 def load_logged(path: Path | None = None) -> dict[str, Logged]:
-    """Logged times by the results row's `source` (its results folder); {} without the file."""
-    p = path or LOGGED
+    """Logged times by the results row's `source` (its results folder); {} without the file. The
+    package's own file is read once per process (plan and validate ask for it repeatedly)."""
+    return _shipped() if path is None else _read(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped() -> dict[str, Logged]:
+    return _read(LOGGED)
+
+
+def _read(p: Path) -> dict[str, Logged]:
     if not p.is_file():
         return {}
     with open(p, newline="", encoding="utf-8") as f:
