@@ -50,7 +50,9 @@ class Folder:
 
     @property
     def minutes(self) -> list[float]:
-        return sorted((int(r["run_stop_ms"]) - int(r["run_start_ms"])) / 60000 for r in self.runs)
+        """The converged runs' times, fastest first (MLPerf's clock: run_start to run_stop)."""
+        return sorted((int(r["run_stop_ms"]) - int(r["run_start_ms"])) / 60000
+                      for r in self.runs if r["status"] == "success")
 
 
 def load(folders: Path = FOLDERS, runs: Path = RUNS) -> list[Folder]:
@@ -98,9 +100,7 @@ def score(folder: Folder, ruleset: str) -> tuple[float, float, float]:
     from trainperf.mlperf.score import olympic_average
 
     failed = sum(r["status"] != "success" for r in folder.runs)
-    ok = sorted((int(r["run_stop_ms"]) - int(r["run_start_ms"])) / 60000
-                for r in folder.runs if r["status"] == "success")
-    raw = olympic_average()(ok, failed, 1)
+    raw = olympic_average()(folder.minutes, failed, 1)
     norm = rcp_normalization(folder, ruleset)
     return raw, norm, raw * norm
 
