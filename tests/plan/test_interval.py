@@ -41,15 +41,33 @@ def test_config_sd_is_the_split_conformal_quantile_of_the_scores():
     scores = sorted(interval.config_score(r, c, sw) for r, c in zip(res, conv))
     assert interval.config_sd(res, conv, sw) == scores[7]
     # the 8th row sits exactly on its band's edge with that spread, the 9th outside
-    sd = interval.total_sd(sw, scores[7], 0.01)
+    sd = interval.sd_log(sw, scores[7], 0.01)
     assert interval.Z80 * sd == pytest.approx(res[7]) and interval.Z80 * sd < res[8]
-    # sign does not matter (the band is symmetric in log minutes), a row inside NVIDIA's band needs nothing
+    # the residual's sign does not matter (the band is symmetric in log minutes)
     assert interval.config_score(-0.3, 0.01, sw) == interval.config_score(0.3, 0.01, sw)
-    assert interval.config_score(0.01, 0.01, sw) == 0.0
+    # a row well inside NVIDIA's band has a negative score: a band that much narrower still holds it
+    neg = interval.config_score(0.02, 0.01, sw)
+    assert neg < 0
+    assert interval.Z80 * interval.sd_log(sw, neg, 0.01) == pytest.approx(0.02)
     # conformal needs (n+1)*0.8 <= n
     assert interval.config_sd([0.1] * 4, [0.0] * 4, 0.0) > 0
     with pytest.raises(ValueError):
         interval.config_sd([0.1] * 3, [0.0] * 3, 0.0)
+
+
+def test_a_negative_config_spread_narrows_the_band_down_to_the_convergence_spread():
+    sw, conv = 0.08, 0.02
+    assert interval.sd_log(sw, 0.0, conv) == pytest.approx(math.hypot(sw, conv))
+    assert interval.sd_log(sw, -0.05, conv) == pytest.approx(math.sqrt(sw ** 2 - 0.05 ** 2 + conv ** 2))
+    assert interval.sd_log(sw, -0.05, conv) < interval.sd_log(sw, 0.0, conv) < interval.sd_log(sw, 0.05, conv)
+    # the seed-to-seed spread of the score itself is never calibrated away
+    assert interval.sd_log(sw, -0.2, conv) == pytest.approx(conv)
+    # all rows far inside NVIDIA's band: the conformal quantile is negative, and its band still
+    # holds the k-th row on its edge
+    res, convs = [0.01 * i for i in range(1, 10)], [conv] * 9
+    q = interval.config_sd(res, convs, sw)
+    assert q < 0
+    assert interval.Z80 * interval.sd_log(sw, q, conv) == pytest.approx(res[7])
 
 
 def test_plan_json_carries_the_band(capsys):

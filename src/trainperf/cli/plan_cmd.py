@@ -428,6 +428,7 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
     c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (sd of log minutes {best.sd_log:.3f}: "
             f"NVIDIA's own spread {best.sd_software:.3f}, configurations NVIDIA did not submit {best.sd_config:.3f} "
+            f"{'(negative: they lie closer to the model than NVIDIA's spread says, which narrows the band) ' if best.sd_config < 0 else ''}"
             f"from half of the other submitters' {plan.bench.mlperf} results"
             f"{'' if plan.bench.mlperf in plan.calibration.config_sd_by_benchmark else ' (too few of them: all benchmarks pooled)'}, "
             f"convergence {best.sd_convergence:.3f} from the RCPs; "
@@ -520,8 +521,8 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
     c.print(_named_table(s, benches))
     c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
             f"of configurations NVIDIA did not submit {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
-            f"({cal.band_calibrated_on}) and each benchmark's RCP convergence spread; negative signed error: the "
-            "model is too optimistic")
+            f"({cal.band_calibrated_on}; a negative spread narrows the band, down to the convergence spread) and each "
+            "benchmark's RCP convergence spread; negative signed error: the model is too optimistic")
     if cross_sd is not None:
         c.print(f"cross-fitted coverage: the band-calibration half's rows judged with the configuration spread "
                 f"{_sds(cross_sd, cross_by or {})} calibrated on the evaluation half the same way (not shipped)")

@@ -85,7 +85,7 @@ class Estimate:
 
     @property
     def sd_log(self) -> float:
-        return interval.total_sd(self.sd_software, self.sd_config, self.sd_convergence)
+        return interval.sd_log(self.sd_software, self.sd_config, self.sd_convergence)
 
     @property
     def minutes_p10(self) -> float:
