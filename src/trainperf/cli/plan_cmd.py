@@ -426,9 +426,11 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f") + {best.evals:.1f} evals "
             f"({best.eval_s / 60:.3f} min) + {best.overhead_s / 60:.3f} min fixed; "
             f"MFU {100 * best.mfu:.1f}% of dense {best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16)")
+    narrows = ("(negative: they lie closer to the model than NVIDIA's spread says, which narrows the band) "
+               if best.sd_config < 0 else "")
     c.print(f"80% band: {best.minutes_p10:.3f}-{best.minutes_p90:.3f} min (sd of log minutes {best.sd_log:.3f}: "
             f"NVIDIA's own spread {best.sd_software:.3f}, configurations NVIDIA did not submit {best.sd_config:.3f} "
-            f"{'(negative: they lie closer to the model than NVIDIA's spread says, which narrows the band) ' if best.sd_config < 0 else ''}"
+            f"{narrows}"
             f"from half of the other submitters' {plan.bench.mlperf} results"
             f"{'' if plan.bench.mlperf in plan.calibration.config_sd_by_benchmark else ' (too few of them: all benchmarks pooled)'}, "
             f"convergence {best.sd_convergence:.3f} from the RCPs; "
