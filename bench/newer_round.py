@@ -7,6 +7,8 @@ round predicts: the minutes, the 80% band, and the minutes if the software trend
 
     python bench/newer_round.py                       # the committed v6.0 NVIDIA rows
     python bench/newer_round.py --json /tmp/v6.json
+    python bench/newer_round.py --folders bench/results/v6_0_other_405b_folders.csv \
+        --runs bench/results/v6_0_other_405b_runs.csv    # other submitters' v6.0 405B rows
 
 Inputs (committed, `bench/results/`): `v6_0_nvidia_folders.csv`, one row per results folder
 (system, benchmark, GPUs, global batch, the folder's `scaling.json` factor where it publishes one,

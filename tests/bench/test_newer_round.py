@@ -69,3 +69,14 @@ def test_prediction_is_plans_for_that_round_with_its_trend(nr, folders):
     assert p["gpu"] == "gb300" and p["p10"] < p["minutes"] < p["p90"]
     lo, hi = p["trend_range"]
     assert lo <= p["trend_minutes"] <= hi < p["minutes"]  # 6.0 is after the newest logs: the trend applies
+
+
+def test_the_other_submitters_405b_rows_load_and_score(nr):
+    """The three other submitters' v6.0 405B folders: every log listed is there, each converged,
+    and the olympic mean of three runs is the middle one."""
+    fs = nr.load(nr.RESULTS / "v6_0_other_405b_folders.csv", nr.RESULTS / "v6_0_other_405b_runs.csv")
+    assert sorted(f.gpus for f in fs) == [72, 4096, 8192]
+    for f in fs:
+        assert f.benchmark == "llama31_405b" and len(f.minutes) == 3 and f.published_scaling is None
+        raw, norm, sc = nr.score(f, "6.0.0")
+        assert raw == pytest.approx(f.minutes[1]) and norm >= 1.0 and sc == pytest.approx(raw * norm)
