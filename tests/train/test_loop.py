@@ -87,3 +87,27 @@ def test_nan_loss_stops_with_clear_error(small_recipe, tmp_path):
     with pytest.raises(TrainError, match="loss became (nan|inf|-inf)"):
         train(small_recipe("train.lr=1e30", "train.end_lr=1e30", "train.grad_clip=0"), DistEnv(),
               RunOptions(out=tmp_path / "nan", max_steps=20))
+
+
+def test_interval_throughput_is_timed_after_the_sync(small_recipe, tmp_path, monkeypatch):
+    """On a GPU the host queues a step's kernels and waits for them at the log interval's sync (the
+    loss read back). Here the sync is made to take 0.5 s, standing for the queued work draining: an
+    interval must end after it, so each logged interval of 2 steps lasts at least that long."""
+    import time
+
+    wait = 0.5
+    real = DistEnv.all_reduce_sum
+
+    def slow_sync(self, t, group=None):
+        time.sleep(wait)
+        return real(self, t, group=group)
+
+    monkeypatch.setattr(DistEnv, "all_reduce_sum", slow_sync)
+    r = small_recipe("train.log_every=2")
+    train(r, DistEnv(), RunOptions(out=tmp_path / "run", max_steps=4))
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if row["kind"] == "train"]
+    assert len(rows) == 2
+    tokens = 2 * r.train.global_batch_size * r.model.seq_len
+    for row in rows:
+        assert tokens / row["tokens_per_s"] >= wait

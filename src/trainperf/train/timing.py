@@ -14,6 +14,15 @@ from collections import defaultdict
 import torch
 
 
+def synced_clock(device: torch.device) -> float:
+    """The host clock once the device has run everything queued so far: the one place an interval
+    that must include the device's work (throughput per log interval) ends. On a GPU the host runs
+    ahead of the kernels, so a clock read before the sync times the launches, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class PhaseClock:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"

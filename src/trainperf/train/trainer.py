@@ -44,7 +44,7 @@ from trainperf.train.precision import PrecisionChoice, choose_precision
 from trainperf.train.save import save_final
 from trainperf.train.state import TrainState, checkpoint_states
 from trainperf.train.summary import RunOptions, Summary
-from trainperf.train.timing import PhaseClock
+from trainperf.train.timing import PhaseClock, synced_clock
 
 __all__ = ["RunOptions", "Summary", "TrainError", "Trainer", "lr_at", "train"]
 
@@ -315,29 +315,33 @@ class Trainer:
         """Steps up to `block_end`, the loss read back (one host sync) every train.log_every steps."""
         t = self.r.train
         self.log.start(C.BLOCK_START, samples_count=self.samples)
-        loss_acc, since, t_log = torch.zeros((), device=self.device), 0, time.perf_counter()
+        loss_acc, since, t_log = torch.zeros((), device=self.device), 0, synced_clock(self.device)
         while self.state.step < block_end:
             self.ckpt.before_step(self.state.step)
             loss_acc += self.train_step()
             since += 1
             if self.state.step % t.log_every == 0 or self.state.step == block_end:
-                self.log_train(loss_acc, since, time.perf_counter() - t_log)
+                t_log = self.log_train(loss_acc, since, t_log)
                 loss_acc.zero_()
-                since, t_log = 0, time.perf_counter()
+                since = 0
         self.log.end(C.BLOCK_STOP, samples_count=self.samples)
 
-    def log_train(self, loss_acc: torch.Tensor, steps: int, seconds: float) -> None:
+    def log_train(self, loss_acc: torch.Tensor, steps: int, t_from: float) -> float:
         """The mean loss over the last `steps` steps and all data- and context-parallel ranks, and
-        their throughput."""
+        their throughput over the interval since `t_from`; returns the interval's end (after the sync)."""
         total = float(self.env.all_reduce_sum(loss_acc.clone(), group=self.dims.loss_group))
+        # the interval ends once the device has done the steps' work, not when the host queued it
+        t_to = synced_clock(self.device)
+        seconds = t_to - t_from
         avg = total / steps / self.dims.grad_ranks
-        self.clock.flush()  # the float() above synced the stream
+        self.clock.flush()  # synced above
         if not math.isfinite(avg):
             raise TrainError(f"training loss became {avg} at step {self.state.step}; lower train.lr or check the data")
         tps = steps * self.tokens_per_step / seconds
         self.emit({"kind": "train", "step": self.state.step, "loss": avg, "lr": self.lr, "tokens_per_s": tps,
                    "mfu": tps * self.fpt / self.peak.flops / self.env.world_size,
-                   "elapsed_s": time.perf_counter() - self.t_start})
+                   "elapsed_s": t_to - self.t_start})
+        return t_to
 
     def eval_block(self) -> bool:
         """Evaluate, log it the MLPerf way; True when the run reached its target."""
