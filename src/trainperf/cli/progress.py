@@ -73,8 +73,11 @@ class RunDisplay:
         if choice:
             t.add_row("precision", f"{choice['precision']} ({choice['reason']})")
         t.add_row("throughput", f"{s.tokens_per_s:,.0f} tokens/s on {s.world_size} x {s.device}")
-        t.add_row("MFU", f"{100 * s.mfu:.1f}% of {s.peak_flops / 1e12:.2f} TFLOP/s per device "
-                          f"({s.peak_source}); {s.flops_per_token:,} FLOPs/token")
+        if s.mfu is None:  # no peak figure for this device: say so rather than print a made-up MFU
+            t.add_row("MFU", f"none ({s.peak_source}); {s.flops_per_token:,} FLOPs/token")
+        else:
+            t.add_row("MFU", f"{100 * s.mfu:.1f}% of {s.peak_flops / 1e12:.2f} TFLOP/s per device "
+                              f"({s.peak_source}); {s.flops_per_token:,} FLOPs/token")
         t.add_row("files", f"{s.out}/ (result_{s.seed}.txt, metrics.jsonl, summary.json, model.safetensors)")
         if getattr(s, "restarts", 0) or getattr(s, "resumed_from_step", 0):
             t.add_row("recovery", f"resumed from step {s.resumed_from_step}; {s.restarts} earlier attempt(s), "

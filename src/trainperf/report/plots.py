@@ -204,7 +204,7 @@ def fig_throughput(runs: list[RunData]) -> bytes:
             label = run.name + (f" ({seg.label})" if seg.label else "")
             st = _style(seg)
             ax_s.plot(t, [r["tokens_per_s"] for r in seg.train], color=color(i), lw=1.3, label=label, **st)
-            ax_m.plot(t, [100 * r["mfu"] for r in seg.train], color=color(i), lw=1.3, label=label, **st)
+            ax_m.plot(t, [100 * r["mfu"] if r["mfu"] is not None else float("nan") for r in seg.train], color=color(i), lw=1.3, label=label, **st)
     ax_s.set_ylabel("training throughput (tokens/s)")
     ax_s.yaxis.set_major_formatter(EngFormatter(sep=""))
     ax_m.set_ylabel("MFU (% of peak FLOP/s)")

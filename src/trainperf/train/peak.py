@@ -1,8 +1,14 @@
 """Peak FLOP/s an MFU is relative to.
 
-GPUs: dense (no sparsity) datasheet figures per precision. CPUs: no datasheet figure means anything
-for a 2-core slice of a server, so the peak is *measured*: the best of a few large matmuls in the
-run's precision, and every report says it was measured.
+GPUs: dense (no sparsity) datasheet figures per precision, matched on the device's name (the most
+specific name wins: "GB200" before "B200", "H100 PCIe" before "H100"). The SXM parts' bf16/fp8
+figures are the planner's catalog (`plan/hardware.toml`, each with its source); parts the catalog
+lacks carry their own figures and source here. fp32 is the non-tensor-core FP32 rate: trainperf
+never enables TF32, so an fp32 run on a GPU multiplies in true fp32 (what the CPU parity tests and
+a user asking for fp32 expect), and its MFU is relative to that rate, not to the TF32 tensor cores.
+A GPU without a figure has no peak: its MFU is not reported (a CPU probe would be a made-up number
+for a GPU). CPUs: no datasheet figure means anything for a 2-core slice of a server, so the peak is
+*measured*: the best of a few large matmuls in the run's precision, and every report says so.
 """
 
 from __future__ import annotations
@@ -12,20 +18,37 @@ from dataclasses import dataclass
 
 import torch
 
-# Dense TFLOP/s per GPU (NVIDIA datasheets; SXM parts). bf16 / fp8.
-GPU_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
-    "H100": {"bf16": 989.4, "fp8": 1978.9, "fp32": 494.7},
-    "H200": {"bf16": 989.4, "fp8": 1978.9, "fp32": 494.7},
-    "B200": {"bf16": 2250.0, "fp8": 4500.0, "fp32": 1125.0},
-    "GB200": {"bf16": 2500.0, "fp8": 5000.0, "fp32": 1250.0},
-    "A100": {"bf16": 312.0, "fp8": 312.0, "fp32": 156.0},
+from trainperf.plan.hardware import gpus
+
+# CUDA device-name fragment (upper case, no spaces or dashes) -> the planner catalog's key.
+CATALOG_KINDS = {"A100": "a100", "H100": "h100", "H200": "h200", "B200": "b200", "GB200": "gb200",
+                 "B300": "b300", "GB300": "gb300"}
+
+# FP32 (non-tensor-core) dense TFLOP/s, where a datasheet gives it.
+FP32_TFLOPS: dict[str, tuple[float, str]] = {
+    "H100": (66.9, "glennklockwood.com/garden/processors/h100 (H100 SXM5 FP32 VFMA 66.9)"),
+    "H200": (66.9, "same GH100 SXM compute as H100 (glennklockwood.com/garden/processors/h100)"),
+}
+
+# Parts the catalog lacks: (dense TFLOP/s per precision, source). An entry of None names a part whose
+# figures differ from the catalog's SXM part and are not known here: no peak rather than the wrong one.
+OWN_PARTS: dict[str, tuple[dict[str, float], str] | None] = {
+    "H100PCIE": ({"bf16": 756.5, "fp8": 1513.0, "fp32": 51.0},
+                 "NVIDIA H100 PCIe datasheet (table at archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html): "
+                 "BF16 1,513 / FP8 3,026 TFLOPS with sparsity -> dense 756.5 / 1513; FP32 51"),
+    "H100NVL": None,
+    "H200NVL": None,
 }
 
 
 @dataclass(frozen=True)
 class Peak:
-    flops: float  # FLOP/s
-    source: str  # human-readable: what the figure is and where it comes from
+    flops: float | None  # FLOP/s; None: no figure for this device, and no MFU
+    source: str  # human-readable: what the figure is and where it comes from, or why there is none
+
+    def mfu(self, model_flops_per_s: float) -> float | None:
+        """The share of this peak that `model_flops_per_s` (per device) is; None without a peak."""
+        return None if not self.flops else model_flops_per_s / self.flops
 
 
 _probe_cache: dict[tuple[str, str], Peak] = {}
@@ -54,13 +77,33 @@ def measure_matmul_peak(device: torch.device, precision: str, n: int = 1024, sec
     return peak
 
 
+def gpu_peak(name: str, precision: str) -> Peak:
+    """The datasheet peak of the CUDA device called `name`, or a Peak without flops saying why none."""
+    key = name.upper().replace(" ", "").replace("-", "").replace("_", "")
+    kinds = sorted([k for k in [*CATALOG_KINDS, *OWN_PARTS] if k in key], key=len, reverse=True)
+    if not kinds:
+        return Peak(None, f"unknown GPU '{name}': no datasheet peak in trainperf's table, so no MFU")
+    kind = kinds[0]
+    if kind in OWN_PARTS:
+        own = OWN_PARTS[kind]
+        if own is None or precision not in own[0]:
+            return Peak(None, f"{name}: no {precision} datasheet peak for {kind} in trainperf's table, so no MFU")
+        tflops, source = own[0][precision], own[1]
+    elif precision == "fp32":
+        if kind not in FP32_TFLOPS:
+            return Peak(None, f"{name}: no fp32 (non-tensor-core) datasheet peak for {kind}, so no MFU")
+        tflops, source = FP32_TFLOPS[kind]
+    else:
+        gpu = gpus()[CATALOG_KINDS[kind]]
+        if not gpu.tflops.get(precision):
+            return Peak(None, f"{name}: {gpu.name} has no {precision} tensor cores, so no MFU")
+        tflops, source = gpu.tflops[precision], f"{gpu.name}, plan/hardware.toml [gpu.{gpu.key}]"
+    return Peak(tflops * 1e12, f"datasheet: {kind} dense {precision} {tflops:g} TFLOP/s ({source})")
+
+
 def device_peak(device: torch.device, precision: str) -> Peak:
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for kind, peaks in GPU_PEAKS_TFLOPS.items():
-            if kind in name.upper().replace(" ", ""):
-                p = peaks.get(precision, peaks["bf16"])
-                return Peak(p * 1e12, f"datasheet: {kind} dense {precision} {p:g} TFLOP/s")
+        return gpu_peak(torch.cuda.get_device_name(device), precision)
     return cpu_peak(device, precision)
 
 

@@ -32,8 +32,8 @@ class Summary:
     samples: int
     tokens: int
     tokens_per_s: float
-    mfu: float
-    peak_flops: float
+    mfu: float | None  # None: no peak figure for the device (peak_source says why)
+    peak_flops: float | None
     peak_source: str
     final_eval_loss: float
     target: float

@@ -339,7 +339,7 @@ class Trainer:
             raise TrainError(f"training loss became {avg} at step {self.state.step}; lower train.lr or check the data")
         tps = steps * self.tokens_per_step / seconds
         self.emit({"kind": "train", "step": self.state.step, "loss": avg, "lr": self.lr, "tokens_per_s": tps,
-                   "mfu": tps * self.fpt / self.peak.flops / self.env.world_size,
+                   "mfu": self.peak.mfu(tps * self.fpt / self.env.world_size),
                    "elapsed_s": t_to - self.t_start})
         return t_to
 
@@ -400,7 +400,7 @@ class Trainer:
             benchmark=r.benchmark.name, status=status,
             time_to_train_s=(wall_stop - first) if first is not None else elapsed, last_attempt_s=elapsed,
             steps=steps, samples=self.samples, tokens=tokens, tokens_per_s=tps,
-            mfu=tps * self.fpt / (self.peak.flops * self.env.world_size), peak_flops=self.peak.flops,
+            mfu=self.peak.mfu(tps * self.fpt / self.env.world_size), peak_flops=self.peak.flops,
             peak_source=self.peak.source, final_eval_loss=self.last_eval, target=r.eval.target,
             metric=r.eval.metric, seed=self.opts.seed, device=device_name(self.device),
             world_size=self.env.world_size, out=str(self.opts.out), flops_per_token=self.fpt, params=self.n_params,
