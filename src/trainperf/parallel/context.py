@@ -9,7 +9,10 @@ Attention across chunks runs one of two ways, chosen per run by what the device 
 
 - `ring`: PyTorch's ring attention (`torch.distributed.tensor.experimental.context_parallel`),
   which passes K/V chunks round the cp ranks inside the flash, memory-efficient or cuDNN SDPA
-  kernels. Chosen when the device is CUDA, the cp group runs NCCL, and one of those kernels accepts
+  kernels. PyTorch's default rotation all-gathers every rank's K/V after the first chunk (the whole
+  sequence's keys and values on every rank); trainperf sets the rotation to "alltoall" (each step
+  hands one chunk to the next rank: a ring, one chunk held at a time) for the run's forward and
+  backward, and puts the previous rotation back after it. Chosen when the device is CUDA, the cp group runs NCCL, and one of those kernels accepts
   this run's heads (`torch.backends.cuda.can_use_*_attention`); the math kernel is switched off in
   it, so a shape none of them takes fails instead of attending within a chunk. Its head-tail load
   balancing must give each rank the positions above: checked when it is chosen.
@@ -114,17 +117,35 @@ def apply_cp(model: nn.Module, dims: ParallelDims, precision: str = "fp32") -> N
         block.attn.attend = _allgather_attention(group, mask)
 
 
+RING_ROTATION = "alltoall"  # torch's name for passing one K/V chunk to the next rank per step
+
+
 def cp_context(dims: ParallelDims, seq_len: int, device: torch.device):
     """The context a forward and its backward run in: PyTorch's context_parallel for the ring
     (its SDPA dispatch is on inside it only), nothing for the all-gather attention."""
     if dims.cp == 1 or dims.cp_attention != CP_RING:
         return contextlib.nullcontext()
-    from torch.distributed.tensor.experimental import context_parallel
+    return ring_context(dims.mesh["cp"], seq_len, device)
 
+
+@contextlib.contextmanager
+def ring_context(mesh, seq_len: int, device: torch.device):
+    """torch's context_parallel with the K/V rotation set to a ring (RING_ROTATION) inside it."""
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import _cp_options, set_rotate_method
+
+    # the rotation is a process-wide option torch reads at every attention call (forward and
+    # backward), so it is set for the context's length and the caller's choice restored after
+    before = _cp_options.rotate_method
+    set_rotate_method(RING_ROTATION)
     # the API shards the buffers it is given; the tokens are already this rank's chunks, so it
     # gets a throw-away position vector of the whole sequence (the only one it requires)
     buf = torch.arange(seq_len, device=device)
-    return context_parallel(dims.mesh["cp"], buffers=[buf], buffer_seq_dims=[0], no_restore_buffers={buf})
+    try:
+        with context_parallel(mesh, buffers=[buf], buffer_seq_dims=[0], no_restore_buffers={buf}):
+            yield
+    finally:
+        _cp_options.rotate_method = before
 
 
 def _ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
