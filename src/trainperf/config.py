@@ -497,8 +497,6 @@ def validate(r: Recipe) -> None:
     _check(t.muon_ns_steps >= 1, "train.muon_ns_steps", f"must be >= 1, got {t.muon_ns_steps}")
     _check(not t.fp8_linear or t.precision in ("bf16", "auto"), "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
-    _check(not t.fp8_linear or r.parallel.tp == 1, "train.fp8_linear",
-           "is not composed with tensor parallelism yet (parallel.tp must be 1)")
     _check(t.log_every >= 1, "train.log_every", "must be >= 1")
     _check(t.seed >= 0, "train.seed", "must be >= 0")
     _check(t.init_checkpoint_step >= 0, "train.init_checkpoint_step", "must be >= 0")

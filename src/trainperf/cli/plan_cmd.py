@@ -188,12 +188,11 @@ def run_command(plan) -> str:
     L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.name
     spec = spec_of(L)
     notes = []
-    # the trainer has bf16, and FP8 linear layers (train.fp8_linear) without tensor parallelism
-    if not (L.precision == "bf16" or (L.precision == "fp8" and L.tp == 1)):
+    # the trainer has bf16 and FP8 linear layers (train.fp8_linear, with or without tensor parallelism)
+    if L.precision not in ("bf16", "fp8"):
         del spec["precision"]
-        why = ("has no FP4 matmuls" if L.precision == "fp4" else
-               "runs FP8 matmuls (train.fp8_linear) only without tensor parallelism so far")
-        notes.append(f"# the plan priced {L.precision} matmuls; the trainer {why}: this runs the recipe's precision")
+        notes.append(f"# the plan priced {L.precision} matmuls; the trainer has no FP4 matmuls: "
+                     "this runs the recipe's precision")
     layout = format_layout(spec)
     cmd = ["trainperf", "run", bench, "--layout", layout]
     node = math.gcd(n, gpus_per_node(plan.cluster.gpu))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -29,7 +30,7 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
     Sharding comes before storage, so each rank allocates only its shards; the weights are drawn
     whole and sliced, so every layout starts from the same model."""
     if fp8:
-        apply_float8(model)
+        apply_float8(model, tp=dims.tp)
     if dims.tp > 1:
         apply_tp(model, dims.mesh["tp"])
     if activation_checkpoint != "none":
@@ -80,10 +81,11 @@ def _fsdp_no_sync(model: nn.Module):
         model.set_requires_gradient_sync(True)
 
 
-def apply_float8(model: nn.Module) -> None:
+def apply_float8(model: nn.Module, tp: int = 1) -> None:
     """Swap the blocks' linear layers for torchao's Float8Linear (dynamic per-tensor scaling). The
     output head stays in bf16 (its softmax is sensitive to FP8 rounding, as in torchtitan), and so
-    does any layer whose dimensions FP8 GEMMs cannot take (multiples of 16)."""
+    does any layer whose dimensions FP8 GEMMs cannot take (multiples of 16, on each of the `tp`
+    ranks' shards: a column-wise layer splits its outputs, a row-wise one its inputs)."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError:
@@ -91,7 +93,7 @@ def apply_float8(model: nn.Module) -> None:
 
     def wanted(module: nn.Module, fqn: str) -> bool:
         return (isinstance(module, nn.Linear) and fqn.startswith("layers.")
-                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+                and module.in_features % (16 * tp) == 0 and module.out_features % (16 * tp) == 0)
 
     convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=wanted)
 
@@ -118,10 +120,8 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
     activations stay sharded along the sequence, so the norms run on 1/tp of the tokens.
     """
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
-
-    LoRAColwiseParallel, LoRARowwiseParallel = _lora_styles()
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
     # SequenceParallel re-registers the norms' weights as new Parameters that require grad: a frozen
     # norm (every base weight under LoRA) would train under tp alone
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
@@ -143,20 +143,23 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
         # both sides are Shard(0) over the vocabulary on the same mesh, so one DTensor can serve both
         model.output.weight = model.tok_emb.weight
     for block in model.layers.values():
+        gated = getattr(block.mlp, "gated", False)
+        attn = _tp_styles([block.attn.wq, block.attn.wk, block.attn.wv, block.attn.wo])
+        mlp = _tp_styles([block.mlp.w1, block.mlp.w2] + ([block.mlp.w3] if gated else []))
         bplan = {
             "attn_norm": SequenceParallel(),
-            "attn": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-            "attn.wq": LoRAColwiseParallel(),
-            "attn.wk": LoRAColwiseParallel(),
-            "attn.wv": LoRAColwiseParallel(),
-            "attn.wo": LoRARowwiseParallel(output_layouts=Shard(1)),
+            "attn": attn.prepare(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attn.wq": attn.colwise(),
+            "attn.wk": attn.colwise(),
+            "attn.wv": attn.colwise(),
+            "attn.wo": attn.rowwise(output_layouts=Shard(1)),
             "mlp_norm": SequenceParallel(),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.w1": LoRAColwiseParallel(),
-            "mlp.w2": LoRARowwiseParallel(output_layouts=Shard(1)),
+            "mlp": mlp.prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.w1": mlp.colwise(),
+            "mlp.w2": mlp.rowwise(output_layouts=Shard(1)),
         }
-        if getattr(block.mlp, "gated", False):
-            bplan["mlp.w3"] = LoRAColwiseParallel()
+        if gated:
+            bplan["mlp.w3"] = mlp.colwise()
         if block.attn.q_norm is not None:
             # q and k arrive as (B, heads/tp, T, head_dim) local shards: viewed as DTensors sharded on
             # the head dim, the norm weight becomes a replicated DTensor whose gradient (each rank's
@@ -167,6 +170,32 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
     for name, p in model.named_parameters():
         if name in frozen:
             p.requires_grad_(False)
+
+
+@dataclass(frozen=True)
+class _Styles:
+    """The three tensor-parallel styles of one sub-module (attention or MLP): its input's
+    preparation and its column- and row-wise linears."""
+    prepare: type
+    colwise: type
+    rowwise: type
+
+
+def _tp_styles(linears: list[nn.Module]) -> _Styles:
+    """torchao's float8 styles when every linear of the sub-module is a Float8Linear (as in
+    torchtitan: the input is cast to FP8 once, before its all-gather, so the sequence-parallel
+    all-gather moves FP8 and each linear's gradient leaves in FP8); torch's own (LoRA-aware) styles
+    otherwise: a LoRA adapter or a layer too narrow for FP8 GEMMs reads the input in bf16. There a
+    Float8Linear still runs its GEMM in FP8 on the bf16 DTensor input, only the all-gather is bf16."""
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    if all(type(m).__name__ == "Float8Linear" for m in linears):
+        from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,
+                                                           PrepareFloat8ModuleInput)
+
+        return _Styles(PrepareFloat8ModuleInput, Float8ColwiseParallel, Float8RowwiseParallel)
+    colwise, rowwise = _lora_styles()
+    return _Styles(PrepareModuleInput, colwise, rowwise)
 
 
 @functools.cache
