@@ -55,19 +55,53 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
     return model
 
 
-def grad_sync(model: nn.Module, enabled: bool):
+# How gradients are accumulated over the micro-batches of one step (logged as `grad_accumulation`)
+ACCUM_REDUCE_EACH = "reduce-scatter every micro-batch"
+ACCUM_UNSHARDED = "unsharded until the last micro-batch"
+ACCUM_NO_SYNC = "all-reduce after the last micro-batch"  # DDP: its gradients are whole anyway
+ACCUM_LOCAL = "local"  # nothing to reduce: one process, or one micro-batch per step
+# FSDP2 may keep a rank's whole gradients (fp32) between micro-batches when they take at most this
+# share of the device; beyond it, reduce-scattering each micro-batch (as torchtitan does) costs
+# accum - 1 extra reduce-scatters and keeps only the shards
+UNSHARDED_GRAD_SHARE = 0.125
+
+
+def unsharded_grad_bytes(model: nn.Module, tp: int) -> int:
+    """The fp32 gradients FSDP2 keeps unsharded between micro-batches with sync off: every trainable
+    parameter of this rank's part, after tensor parallelism (norms, whole on every tp rank, are few)."""
+    return 4 * sum(p.numel() for p in model.parameters() if p.requires_grad) // tp
+
+
+def accumulation_mode(model: nn.Module, tp: int, accum: int, device_bytes: float) -> str:
+    """How this rank accumulates gradients over `accum` micro-batches: FSDP2 keeps them unsharded
+    only where they fit in UNSHARDED_GRAD_SHARE of the device's `device_bytes`."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if accum == 1:
+        return ACCUM_LOCAL
+    if hasattr(model, "no_sync"):
+        return ACCUM_NO_SYNC
+    if not isinstance(model, FSDPModule):
+        return ACCUM_LOCAL
+    if unsharded_grad_bytes(model, tp) <= UNSHARDED_GRAD_SHARE * device_bytes:
+        return ACCUM_UNSHARDED
+    return ACCUM_REDUCE_EACH
+
+
+def grad_sync(model: nn.Module, enabled: bool, mode: str = ACCUM_UNSHARDED):
     """A context in which backward does (or does not) reduce gradients across data-parallel ranks.
 
     Gradient accumulation turns it off for all but the last micro-batch: DDP through `no_sync()`,
-    FSDP2 through `set_requires_gradient_sync` (which keeps the unsharded gradients until the last
-    micro-batch, then reduce-scatters once). One process has nothing to switch."""
+    FSDP2 through `set_requires_gradient_sync` when `mode` is ACCUM_UNSHARDED (it keeps the unsharded
+    gradients until the last micro-batch, then reduce-scatters once); with ACCUM_REDUCE_EACH FSDP2
+    reduce-scatters every micro-batch into the sharded gradients. One process has nothing to switch."""
     if enabled:
         return contextlib.nullcontext()
     if hasattr(model, "no_sync"):
         return model.no_sync()
     from torch.distributed.fsdp import FSDPModule
 
-    if isinstance(model, FSDPModule):
+    if isinstance(model, FSDPModule) and mode == ACCUM_UNSHARDED:
         return _fsdp_no_sync(model)
     return contextlib.nullcontext()
 

@@ -9,12 +9,15 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from trainperf.config import Recipe
-from trainperf.parallel.apply import grad_sync, unwrap
+from trainperf.parallel.apply import ACCUM_LOCAL, accumulation_mode, grad_sync, unwrap
 from trainperf.parallel.context import cp_context
 from trainperf.parallel.dims import ParallelDims
 from trainperf.model.transformer import token_losses
 from trainperf.parallel.pipeline import Pipeline, stage_ids
 from trainperf.train.optim import autocast_ctx
+
+
+ACCUM_PIPELINE = "unsharded until the last micro-batch (torch.distributed.pipelining's FSDP2 schedule)"
 
 
 def micro_batch_loss(losses: torch.Tensor, accum: int, n_scored: int | None, grad_ranks: int) -> torch.Tensor:
@@ -30,8 +33,10 @@ def micro_batch_loss(losses: torch.Tensor, accum: int, n_scored: int | None, gra
 class LocalEngine:
     """The whole model on this rank (data, tensor and context parallel layouts)."""
 
-    def __init__(self, model: nn.Module, r: Recipe, dims: ParallelDims, device: torch.device):
+    def __init__(self, model: nn.Module, r: Recipe, dims: ParallelDims, device: torch.device, accum: int = 1,
+                 device_bytes: float | None = None):
         self.parts, self.r, self.dims, self.device = [model], r, dims, device
+        self.grad_sync_mode = accumulation_mode(model, dims.tp, accum, device_bytes or device_memory(device))
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
         """Forward and backward of this rank's batch in `accum` micro-batches, gradients reduced
@@ -41,7 +46,7 @@ class LocalEngine:
         for m in range(accum):
             xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
             # one context around forward and backward (DDP's no_sync cannot be entered twice)
-            with grad_sync(model, enabled=m == accum - 1), cp_context(self.dims, self.r.model.seq_len, self.device):
+            with grad_sync(model, m == accum - 1, self.grad_sync_mode), cp_context(self.dims, self.r.model.seq_len, self.device):
                 with autocast_ctx(self.r, self.device):
                     loss = micro_batch_loss(model(xs, ys), accum, n_scored, self.dims.grad_ranks)
                 loss.backward()
@@ -65,6 +70,9 @@ class PipelineEngine:
 
     def __init__(self, parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
         self.parts, self.r, self.dims, self.device = parts, r, dims, device
+        # torch.distributed.pipelining turns FSDP2's gradient sync (and resharding after backward)
+        # off for every backward but the step's last, whatever the memory
+        self.grad_sync_mode = ACCUM_PIPELINE if dims.fsdp and accum > 1 else ACCUM_LOCAL
         self._scored: dict = {}
 
         def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -115,7 +123,19 @@ def _gathered(model: nn.Module, cpu_offload: bool = True) -> dict[str, torch.Ten
     return get_model_state_dict(unwrap(model), options=StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload))
 
 
-def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
+def device_memory(device: torch.device) -> float:
+    """The bytes the device holds: a GPU's memory, or the host's for a CPU."""
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    import os
+
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int,
+                device_bytes: float | None = None):
+    """The engine of this rank's parts; `device_bytes` (default: the device's own) decides how
+    FSDP2 accumulates gradients (parallel.apply.accumulation_mode)."""
     if dims.pp == 1:
-        return LocalEngine(parts[0], r, dims, device)
+        return LocalEngine(parts[0], r, dims, device, accum, device_bytes)
     return PipelineEngine(parts, r, dims, device, accum)

@@ -1,0 +1,381 @@
+"""The memory one rank of a layout holds, traced from the trainer's own code on fake tensors.
+
+`trace_memory` builds this rank's model parts with the real `build_parts` (pipeline split,
+`parallelize`: TP, AC, FSDP2, CP) on a fake process group of the run's world size (torch's "fake"
+backend: collectives return at once, nothing is sent) under `FakeTensorMode` (tensors carry shapes,
+dtypes and storages' sizes, no data), then runs the trainer's real step: `make_engine`'s
+forward/backward over every micro-batch (the pipeline schedule with pp > 1), the optimizer step, and
+one evaluation batch. `LiveBytes` counts every storage alive at each op, as the CUDA caching
+allocator would hand them out (rounded up to its 512-byte blocks), and keeps the peak. It is
+torch's `MemTracker` reduced to what gradient accumulation and pipeline schedules need: that tracker
+refuses a module's second forward in one iteration, which both do.
+
+What is counted: parameters, buffers, gradients, optimizer state, activations kept for backward,
+FSDP2's all-gathered parameters and reduce-scatter buffers, the logits and the loss, temporaries.
+What is not: the CUDA context and cuBLAS/NCCL workspaces, NCCL's own buffers, allocator
+fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs the
+CPU's kernels, one stream; attention goes through SDPA's fused kernel on either device, which keeps
+its output and log-sum-exp as CUDA's flash kernel does).
+
+Fake tensors allocate nothing, so a 405B stage traces in seconds on a laptop, for any world size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from trainperf.config import Recipe
+from trainperf.parallel.dims import ParallelDims
+
+BLOCK = 512  # the CUDA caching allocator's smallest block: every allocation rounds up to it
+NOT_COUNTED = ("the CUDA context, cuBLAS and NCCL workspaces and NCCL's buffers, allocator fragmentation, "
+               "FSDP2's prefetch of the next block on its own CUDA stream")
+
+
+def _bytes(st: torch.UntypedStorage) -> int:
+    return math.ceil(st.nbytes() / BLOCK) * BLOCK
+
+
+class LiveBytes:
+    """A dispatch mode that counts the bytes of every storage alive, and their peak.
+
+    Storages made before it starts (the parameters, buffers) are counted with `add`; each new one when
+    an op returns it, until it is freed (a weak reference's callback) or resized (FSDP2 frees an
+    unsharded parameter by resizing its storage to 0, which no dispatch mode sees)."""
+
+    def __init__(self) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self.now = 0
+        self.peak = 0
+        self.peak_at = ""
+        self.phase = "init"
+        self.paused = 0  # inside DTensor's shape propagation
+        self._seen = WeakIdKeyDictionary()  # storage -> [bytes it holds now, its weak reference]
+
+    def add(self, t: torch.Tensor) -> None:
+        from torch.distributed._tools.common_utils import get_untyped_storages
+
+        for st in get_untyped_storages(t):
+            if st not in self._seen:
+                box: list = [_bytes(st)]
+                box.append(weakref.ref(st, lambda _, box=box: self._free(box)))
+                self._seen[st] = box
+                self.now += box[0]
+        self._top()
+
+    def _top(self) -> None:
+        if self.now > self.peak:
+            self.peak, self.peak_at = self.now, self.phase
+
+    def _free(self, box: list) -> None:
+        self.now -= box[0]
+        box[0] = 0
+
+    def _resized(self, st: torch.UntypedStorage) -> None:
+        box = self._seen.get(st)
+        if box is None:
+            self.add(torch.tensor([], dtype=torch.uint8, device=st.device).set_(st))
+            return
+        n = _bytes(st)
+        self.now += n - box[0]
+        box[0] = n
+        self._top()
+
+    @contextlib.contextmanager
+    def tracking(self):
+        """Count, inside this context, what every op returns (under the fake mode active on entry)."""
+        from torch._guards import active_fake_mode
+        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_map_only
+
+        tracker, fake = self, active_fake_mode()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if any(t is DTensor for t in types):
+                    return NotImplemented  # DTensor lowers to local ops, which are the allocations
+                if func is torch.ops._c10d_functional.wait_tensor.default and fake is not None:
+                    res = args[0]  # the fake kernel returns a copy; a real wait returns its input
+                else:
+                    res = func(*args, **(kwargs or {}))
+                # DTensor's sharding propagation runs ops under a fake mode of its own: no memory
+                if active_fake_mode() is fake and not tracker.paused:
+                    tree_map_only(torch.Tensor, tracker.add, res)
+                return res
+
+        orig = torch.UntypedStorage.resize_
+
+        def resize_(st, size):
+            orig(st, size)
+            tracker._resized(st)
+
+        # DTensor computes an op's output shape by running it on tensors of the whole (unsharded)
+        # shape, under the fake mode it finds active, which is this one: those are not allocations
+        prop = ShardingPropagator._propagate_tensor_meta_non_cached
+
+        def propagate(*args, **kwargs):
+            tracker.paused += 1
+            try:
+                return prop(*args, **kwargs)
+            finally:
+                tracker.paused -= 1
+
+        torch.UntypedStorage.resize_ = resize_
+        ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+        try:
+            with Mode():
+                yield self
+        finally:
+            torch.UntypedStorage.resize_ = orig
+            ShardingPropagator._propagate_tensor_meta_non_cached = prop
+
+
+@dataclass
+class StageTrace:
+    """The traced memory of one rank (the first of its pipeline stage: the others mirror it)."""
+
+    pp_rank: int
+    rank: int
+    peak_bytes: int
+    peak_at: str  # the phase of the step at the peak: forward/backward, optimizer or eval
+    static_bytes: int  # parameters and buffers, as built
+    resident_bytes: int  # what stays between steps: parameters, buffers, optimizer state
+    seconds: float
+
+
+@dataclass
+class MemoryTrace:
+    world: int
+    precision: str
+    grad_sync: str
+    stages: list[StageTrace] = field(default_factory=list)
+    not_counted: str = NOT_COUNTED
+
+    @property
+    def peak(self) -> StageTrace:
+        return max(self.stages, key=lambda s: s.peak_bytes)
+
+
+@contextlib.contextmanager
+def fake_world(world: int, rank: int):
+    """A process group of `world` ranks in which this process is `rank` and no collective moves data."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("trace_memory needs a process of its own: a process group is already running")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def real_meshes():
+    """DeviceMesh computes sub-meshes' rank tables and this rank's coordinates with data-dependent ops
+    (which a fake mode cannot run) whenever a sub-mesh is made or asked: those stay real tensors."""
+    import functools
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    def real(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with unset_fake_temporarily():
+                return fn(*args, **kwargs)
+        return inner
+
+    saved = dict(DeviceMesh.__dict__)
+    for name in ("__init__", "_get_mesh_tensor_from_full_mesh"):
+        fn = saved.get(name)
+        if isinstance(fn, staticmethod):
+            setattr(DeviceMesh, name, staticmethod(real(fn.__func__)))
+        elif callable(fn):
+            setattr(DeviceMesh, name, real(fn))
+    try:
+        yield
+    finally:
+        for name in ("__init__", "_get_mesh_tensor_from_full_mesh"):
+            if name in saved:
+                setattr(DeviceMesh, name, saved[name])
+
+
+def trace_recipe(r: Recipe) -> Recipe:
+    """The recipe as the trace runs it: "auto" precision is a GPU's answer (bf16), no weights to read."""
+    import copy
+
+    r = copy.deepcopy(r)
+    if r.train.precision == "auto":
+        r.train.precision = "bf16"
+    r.train.init_checkpoint = ""
+    r.parallel.compile = False  # compiled blocks hold the same tensors; tracing them under fake mode costs minutes
+    return r
+
+
+def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, seed: int = 0) -> tuple[StageTrace, str]:
+    """Build rank `rank`'s parts of `r` on a fake `world`-rank group and run one training step and one
+    evaluation batch on fake tensors; its memory, and the gradient-sync mode the engine chose."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainperf.parallel.context import shard_sequence
+    from trainperf.train.engine import make_engine
+    from trainperf.train.optim import Optimizers
+    from trainperf.train.trainer import build_parts
+
+    t0 = time.perf_counter()
+    device = torch.device("cpu")
+    with fake_world(world, rank):
+        dims = ParallelDims.from_config(r.parallel, world, rank)
+        g = dims.batch(r.train)
+        dims.build_mesh(device.type)  # outside the fake mode: the mesh's rank tables are real
+        with real_meshes(), FakeTensorMode(allow_non_fake_inputs=True):
+            parts, _ = build_parts(r, dims, device, seed)
+            engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes)
+            opt = Optimizers(parts, r, device)
+            live = LiveBytes()
+            for part in parts:
+                for t in list(part.parameters()) + list(part.buffers()):
+                    live.add(t)
+            static = live.now
+            x = torch.randint(0, r.model.vocab_size, (g.per_rank, r.model.seq_len))
+            x = shard_sequence(x, dims)
+            with live.tracking():
+                live.phase = "forward/backward"
+                if dims.pp > 1:
+                    pipeline_step(engine, x, r, dims, g.micro)
+                else:
+                    engine.forward_backward(x, x, None, g.accum)
+                live.phase = "optimizer"
+                if r.train.grad_clip > 0 and dims.pp == 1:  # the pipeline's clip reads its norm on the host
+                    engine.clip_grad_norm(r.train.grad_clip)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                resident = live.now
+                live.phase = "eval"
+                for part in parts:
+                    part.eval()
+                with torch.no_grad():
+                    if dims.pp > 1:
+                        pipeline_eval(engine, x[:g.micro], r, dims)
+                    else:
+                        engine.eval_losses(x[:g.micro], x[:g.micro])
+            mode = engine.grad_sync_mode
+    st = StageTrace(dims.coords()["pp"], rank, live.peak, live.peak_at, static, resident,
+                    round(time.perf_counter() - t0, 2))
+    return st, mode
+
+
+def _hidden(r: Recipe, dims: ParallelDims, micro: int) -> torch.Tensor:
+    """What a stage receives from the one before: (micro, T, D) hidden states, sequence-sharded over
+    cp and (sequence parallel) tp; bf16 where FSDP2 computes in bf16, else autocast's fp32 residual."""
+    t = r.model.seq_len // dims.cp // dims.tp
+    dtype = torch.bfloat16 if r.train.precision == "bf16" and dims.fsdp else torch.float32
+    return torch.randn(micro, t, r.model.d_model, dtype=dtype)
+
+
+def pipeline_step(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims, micro: int) -> None:
+    """This rank's part of one pipeline step, in the order its schedule gives (torch's own action
+    list for this rank), with the stages' own backward and gradient reduction. The fake group moves
+    no data, so each stage's inputs from its neighbour are fake hidden states of the right shape
+    (torch's schedule would first ask the neighbours for the shapes)."""
+    from trainperf.parallel.context import cp_context
+    from trainperf.train.optim import autocast_ctx
+
+    pipe = engine.pipe
+    order = pipe.schedule.pipeline_order[dims.coords()["pp"]]
+    loss_fn = pipe.schedule._loss_fn
+    engine._scored["n"] = None
+    stages = {st.stage_index: st for st in pipe.stages}
+    live: dict = {s: [] for s in stages}  # per stage, its micro-batches in flight, oldest first
+    accum = x.shape[0] // micro
+    for a in order:
+        if a is None:
+            continue
+        # backward takes a stage's oldest forward in flight (every schedule's order), so the list's
+        # numbering of the micro-batches (one off on 1F1B's later ranks in torch 2.13) does not matter
+        kind, s, m = a.computation_type.value, a.stage_index, (a.microbatch_index or 0) % accum
+        stage = stages.get(s)
+        if kind == "F":
+            xs = x[m * micro:(m + 1) * micro] if s == 0 else _hidden(r, dims, micro).requires_grad_()
+            with autocast_ctx(r, engine.device), cp_context(dims, r.model.seq_len, engine.device):
+                out = stage.submod(xs)
+                if s == pipe.n_stages - 1:
+                    out = loss_fn(out, x[m * micro:(m + 1) * micro])
+            live[s].append((xs, out))
+        elif kind in ("B", "I"):  # zero-bubble's weight half (W) runs with its input half here
+            xs, out = live[s].pop(0)
+            grads = None if s == pipe.n_stages - 1 else torch.ones_like(out)
+            inputs = [xs] if xs.requires_grad else []
+            stage.backward_maybe_with_nosync("full", {"stage_output": out, "output_grads": grads,
+                                                      "input_values": inputs})
+        elif kind == "REDUCE_GRAD":
+            stage.perform_reduce_grad(1)
+    if not any(a is not None and a.computation_type.value == "REDUCE_GRAD" for a in order):
+        for stage in pipe.stages:
+            stage.perform_reduce_grad(1)
+
+
+def pipeline_eval(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims) -> None:
+    """The forward of one evaluation batch through this rank's stages (no gradients kept)."""
+    from trainperf.train.optim import autocast_ctx
+
+    pipe = engine.pipe
+    for stage in pipe.stages:
+        s = stage.stage_index
+        with autocast_ctx(r, engine.device):
+            out = stage.submod(x if s == 0 else _hidden(r, dims, x.shape[0]), x if s == pipe.n_stages - 1 else None)
+        del out
+
+
+def _in_child(fn, *args):
+    """fn(*args) in a forked process (a process group is made once per process: each traced rank gets
+    its own); its result, or its exception raised here."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def run() -> None:
+        try:
+            send.send((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - carried to the parent, raised there
+            send.send((False, e))
+
+    p = ctx.Process(target=run)
+    p.start()
+    send.close()
+    try:
+        ok, value = recv.recv()
+    except EOFError:
+        p.join()
+        raise RuntimeError(f"the memory trace's process ended with exit code {p.exitcode}") from None
+    p.join()
+    if not ok:
+        raise value
+    return value
+
+
+def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0) -> MemoryTrace:
+    """The traced memory of every pipeline stage's first rank (the ranks of one stage hold the same
+    shapes: tp, cp and FSDP shards are even or differ by a row), each traced in a process of its own."""
+    r = trace_recipe(r)
+    dims = ParallelDims.for_recipe(r, world)
+    per = world // dims.pp
+    out = None
+    for p in range(dims.pp):
+        st, mode = _in_child(trace_stage, r, world, p * per, device_bytes, seed)
+        if out is None:
+            out = MemoryTrace(world, r.train.precision, mode)
+        out.stages.append(st)
+    return out
