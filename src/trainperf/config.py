@@ -99,8 +99,13 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    corpus: str = "stdlib"  # "stdlib", a prepared data dir, or a local .txt/.jsonl/.parquet file or folder
-    tokenizer: str = "bpe"  # "byte", "bpe" (trained on the train split), or a path to a tokenizer.json
+    # "stdlib"; a local .txt/.jsonl/.parquet file or folder (tokenized once into the cache); or token
+    # data read as it is: a folder `trainperf data prepare` wrote, a Megatron .bin/.idx prefix, a
+    # folder of prefixes, or a Megatron blend "w1 prefix1 w2 prefix2"
+    corpus: str = "stdlib"
+    # "byte", "bpe" (trained on the train split), a Hugging Face tokenizer.json or a SentencePiece
+    # .model; for a Megatron prefix (which carries none) the tokenizer its tokens came from
+    tokenizer: str = "bpe"
     bpe_vocab_size: int = 4096
     eval_bytes: int = 262144  # held-out text evaluated each time (a fixed prefix of the validation split)
     cache_dir: str = ""  # "" -> $TRAINPERF_CACHE or ~/.cache/trainperf
@@ -108,11 +113,15 @@ class DataConfig:
     # "tokens": a text stream sampled in windows; "samples": fine-tuning rows scored only where their
     # labels say (LoRA on GovReport: the summary), from `input_ids`/`labels` or `input`/`output` rows
     kind: Literal["tokens", "samples"] = "tokens"
-    # a separate validation file or folder (the MLPerf benchmarks evaluate on a fixed file); "" ->
-    # hold out documents by a hash of their id
+    # a separate validation file or folder, or Megatron prefix (the MLPerf benchmarks evaluate on a
+    # fixed file); "" -> hold out documents by a hash of their id (of their index, for a prefix)
     val: str = ""
     # a token put after every document (e.g. "<|end_of_text|>"), as the MLPerf references' data has
     eod: str = ""
+    # how training draws token windows: "random" offsets per (seed, step), or "gpt", Megatron's
+    # GPT dataset (documents shuffled with the seed, packed into seq_len + 1 windows, each token
+    # once per epoch), as the MLPerf references sample
+    sampler: Literal["random", "gpt"] = "random"
 
 
 @dataclass
@@ -472,12 +481,12 @@ def validate(r: Recipe) -> None:
     _check(m.lora_rank >= 0, "model.lora_rank", "must be >= 0")
     _check(m.lora_alpha > 0, "model.lora_alpha", "must be > 0")
     _check(0 <= m.lora_dropout < 1, "model.lora_dropout", "must be in [0, 1)")
-    _check(d.tokenizer in ("byte", "bpe") or d.tokenizer.endswith(".json"), "data.tokenizer",
-           f"must be 'byte', 'bpe' or a tokenizer.json path, got {d.tokenizer!r}")
+    _check(d.tokenizer in ("byte", "bpe") or d.tokenizer.endswith((".json", ".model")), "data.tokenizer",
+           f"must be 'byte', 'bpe', a tokenizer.json or a SentencePiece .model path, got {d.tokenizer!r}")
     _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
     _check(d.eval_bytes > 0, "data.eval_bytes", "must be > 0")
     _check(d.kind == "tokens" or d.tokenizer != "bpe", "data.tokenizer",
-           "fine-tuning samples (data.kind='samples') need 'byte' or a tokenizer.json path")
+           "fine-tuning samples (data.kind='samples') need 'byte' or a tokenizer file")
     _check(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1")
     _check(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
     _check(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")

@@ -6,7 +6,8 @@ import pytest
 from trainperf.config import DataConfig
 from trainperf.data.corpus import DataError, Document, file_documents, stdlib_documents
 from trainperf.data.pipeline import TrainBatches, build_eval_set, open_dataset, prepare, synthetic_documents
-from trainperf.data.shards import write_dataset
+from trainperf.data.prepare import prepare_corpus
+from trainperf.data.prepare import verify as prepared_verify
 from trainperf.data.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 
 TEXT = "def f(x):\n    return x * 2  # naïve ünïcode ✓\n"
@@ -37,24 +38,24 @@ def test_stdlib_split_is_the_documented_one():
     assert not any(d.id.startswith(("test/", "idlelib/", "lib2to3/")) for d in docs)
 
 
-def test_shards_round_trip_and_corruption(tmp_path):
-    docs = synthetic_documents(40)
-    out = write_dataset(tmp_path / "ds", docs, ByteTokenizer(), "synthetic")
+def test_prepared_folder_round_trip_verify_and_truncation(tmp_path):
+    docs = synthetic_documents()
+    out = prepare_corpus(tmp_path / "ds", "synthetic", "byte")
     data = open_dataset(out)
     assert data.train.dtype == np.uint16
     train_text = "".join(d.text for d in docs if not d.is_val)
-    assert bytes(np.asarray(data.train)).decode() != ""  # noqa: sanity
-    assert ByteTokenizer().decode(data.train) == train_text
-    # corrupt one byte: the checksum catches it, naming the file
-    with open(out / "train.bin", "r+b") as f:
+    assert ByteTokenizer().decode(data.train.take(0, data.train.size)) == train_text
+    assert prepared_verify(out) == []
+    # corrupt one byte: opening stays cheap (no checksum), `data verify` names the file
+    with open(out / "pieces" / "t00000_train.bin", "r+b") as f:
         f.seek(10)
         f.write(b"\xff")
-    with pytest.raises(DataError, match="train.bin: checksum mismatch"):
+    open_dataset(out)
+    assert [p.split(": ")[1] for p in prepared_verify(out)] == ["checksum mismatch (corrupt file)"]
+    # truncate: caught at open by size
+    (out / "pieces" / "t00000_val.bin").write_bytes(b"\x00")
+    with pytest.raises(DataError, match="t00000_val.bin: .*truncated"):
         open_dataset(out)
-    # truncate: caught by size
-    (out / "val.bin").write_bytes(b"\x00")
-    with pytest.raises(DataError, match="val.bin.*truncated"):
-        open_dataset(out, verify=False)
 
 
 def test_user_corpora_txt_jsonl_parquet(tmp_path):

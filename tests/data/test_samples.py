@@ -11,7 +11,8 @@ from trainperf.config import DataConfig
 from trainperf.data.corpus import DataError, Document, file_documents
 from trainperf.data.pipeline import eval_set, open_dataset, prepare, train_batches
 from trainperf.data.samples import IGNORE, SampleData, pair_sample, read_samples, write_samples
-from trainperf.data.shards import write_dataset
+from trainperf.data.prepare import prepare_corpus
+from trainperf.data.prepare import verify as prepared_verify
 from trainperf.data.tokenizer import ByteTokenizer
 from trainperf.model.transformer import Transformer
 from trainperf.config import ModelConfig
@@ -74,8 +75,8 @@ def test_samples_folder_round_trip_and_corruption(tmp_path):
     assert TOK.decode(data.val_ids[1][:len("held out 1gist 1")]) == "held out 1gist 1"
     with open(tmp_path / "ds" / "train_labels.bin", "r+b") as f:
         f.write(b"\x01\x02")
-    with pytest.raises(DataError, match="train_labels.bin: checksum mismatch"):
-        open_dataset(tmp_path / "ds")
+    open_dataset(tmp_path / "ds")  # opening checks sizes only; the checksum is `data verify`'s
+    assert [p.split("/")[-1] for p in prepared_verify(tmp_path / "ds")] == ["train_labels.bin: checksum mismatch (corrupt file)"]
 
 
 def test_batches_cover_every_row_once_per_epoch_and_split_by_rank(tmp_path):
@@ -132,8 +133,9 @@ def test_token_corpus_with_a_separate_validation_file(tmp_path):
                      cache_dir=str(tmp_path / "cache"))
     data = prepare(cfg)
     assert data.meta["val_source"] == "file" and data.meta["documents"] == {"train": 20, "val": 2}
-    assert TOK.decode(data.val) == "validation one\nvalidation two\n"  # in file order
-    hashed = write_dataset(tmp_path / "h", [Document(f"d{i}", "x" * 10) for i in range(400)], TOK, "h")
+    assert TOK.decode(data.val.take(0, data.val.size)) == "validation one\nvalidation two\n"  # in file order
+    _jsonl(tmp_path / "h.jsonl", [{"text": "x" * 10} for i in range(400)])
+    hashed = prepare_corpus(tmp_path / "h", str(tmp_path / "h.jsonl"), "byte")
     assert json.loads((hashed / "meta.json").read_text())["val_source"] == "hash split"
     # another validation file is another dataset
     _jsonl(tmp_path / "val2.jsonl", [{"text": "other\n"}])
@@ -144,17 +146,20 @@ def test_token_corpus_with_a_separate_validation_file(tmp_path):
 def test_end_of_document_token_after_every_document(tmp_path):
     from trainperf.data.tokenizer import train_bpe
 
-    docs = [Document(f"d{i}", f"text number {i}\n") for i in range(300)]
-    tok = train_bpe([d.text for d in docs], 300)
+    docs = [f"text number {i}\n" for i in range(300)]
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": d} for d in docs])
+    tok = train_bpe(docs, 300)
+    tok.save(tmp_path / "tok.json")
     with pytest.raises(DataError, match="data.eod: '<eod>' is not a token"):
-        write_dataset(tmp_path / "x", docs, tok, "t", eod="<eod>")
+        prepare_corpus(tmp_path / "x", str(corpus), str(tmp_path / "tok.json"), eod="<eod>")
     from tokenizers import AddedToken
 
     tok.tok.add_special_tokens([AddedToken("<eod>", special=True)])
+    tok.save(tmp_path / "tok.json")
     eod = tok.token_id("<eod>")
-    data = open_dataset(write_dataset(tmp_path / "ds", docs, tok, "t", eod="<eod>"))
-    assert int((np.asarray(data.train) == eod).sum()) == data.meta["documents"]["train"]
-    assert int(data.val[-1]) == eod and data.meta["eod"] == "<eod>"
+    data = open_dataset(prepare_corpus(tmp_path / "ds", str(corpus), str(tmp_path / "tok.json"), eod="<eod>"))
+    assert int((np.asarray(data.train.take(0, data.train.size)) == eod).sum()) == data.meta["documents"]["train"]
+    assert int(data.val.take(data.val.size - 1, 1)[0]) == eod and data.meta["eod"] == "<eod>"
     assert tok.token_bytes()[eod] == 0  # covers no text: nats per byte unchanged
 
 

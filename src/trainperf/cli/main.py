@@ -68,12 +68,14 @@ def _add_run(sub) -> None:
 
 
 def _add_data(sub) -> None:
-    p = sub.add_parser("data", help="prepare token shards from a local corpus", parents=[_common()])
+    p = sub.add_parser("data", help="prepare, inspect and verify token data", parents=[_common()])
     dsub = p.add_subparsers(dest="data_cmd", required=True)
-    q = dsub.add_parser("prepare", help="tokenize SRC (.txt/.jsonl[.gz]/.json.gz/.parquet file or folder, or 'stdlib')")
+    q = dsub.add_parser("prepare", help="tokenize SRC (.txt/.jsonl[.gz]/.json.gz/.parquet file or folder, or 'stdlib') "
+                                        "into Megatron .bin/.idx pieces, one per input file")
     q.add_argument("src")
-    q.add_argument("--out", type=Path, required=True)
-    q.add_argument("--tokenizer", default="bpe", help="byte, bpe, or a tokenizer.json path")
+    q.add_argument("--out", type=Path, required=True,
+                   help="a new or empty folder, or one trainperf prepared (any other folder is refused)")
+    q.add_argument("--tokenizer", default="bpe", help="byte, bpe, a tokenizer.json or a SentencePiece .model")
     q.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary when training one")
     q.add_argument("--val", default="", metavar="VALSRC",
                    help="validation file or folder (default: hold out documents by a hash of their id)")
@@ -82,6 +84,15 @@ def _add_data(sub) -> None:
     q.add_argument("--eod", default="", metavar="TOKEN",
                    help="a tokenizer token put after every document (as Megatron's --append-eod)")
     q.add_argument("--seq-len", type=int, default=0, help="row length for --kind samples (the model's seq_len)")
+    q.add_argument("--workers", type=int, default=0, metavar="N", help="worker processes (default: the machine's cores)")
+    q.add_argument("--shard", default="", metavar="I/N",
+                   help="make only every N-th piece starting at I (0-based; e.g. one Slurm array task); a run "
+                        "without --shard then assembles the dataset from the finished pieces")
+    i = dsub.add_parser("info", help="documents, tokens, dtype and tokenizer of a dataset folder or Megatron prefix")
+    i.add_argument("path")
+    i.add_argument("--json", action="store_true")
+    v = dsub.add_parser("verify", help="check every file of a prepared folder against its recorded sha256")
+    v.add_argument("path", type=Path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,23 +232,20 @@ def _run_exit(recipe, args, out: Path, status: str) -> int:
 
 
 def cmd_data(args) -> int:
-    from trainperf.data.pipeline import prepare
+    from trainperf.data import tools
 
+    if args.data_cmd == "info":
+        return tools.info(args.path, as_json=args.json)
+    if args.data_cmd == "verify":
+        return tools.verify(args.path)
     cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size,
                      kind=args.kind, val=args.val, eod=args.eod)
     validate(Recipe(data=cfg))
     if args.kind == "samples" and args.seq_len < 2:
         raise UsageError("--kind samples needs --seq-len (the model's sequence length)")
-    data = prepare(cfg, out=args.out, row_len=args.seq_len)
-    m = data.meta
-    if m.get("kind") == "samples":
-        size = (f"{m['train']['rows']:,} train / {m['val']['rows']:,} val samples of {m['row_len']} tokens "
-                f"({m['val']['scored_tokens']:,} scored val tokens)")
-    else:
-        size = f"{m['train']['tokens']:,} train / {m['val']['tokens']:,} val tokens"
-    print(f"prepared {args.out}: {size}, validation from the {m['val_source']}, "
-          f"{m['tokenizer']} (vocab {m['vocab_size']}), corpus sha256 {m['fingerprint'][:16]}...")
-    return 0
+    if args.workers < 0:
+        raise UsageError("--workers must be >= 0")
+    return tools.prepare(cfg, args.out, args.seq_len, args.workers, tools.parse_shard(args.shard))
 
 
 def cmd_rules(args) -> int:

@@ -12,8 +12,11 @@ import hashlib
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from trainperf.errors import DataError
 
@@ -69,14 +72,35 @@ def _is(path: Path, *suffixes: str) -> bool:
     return path.name.endswith(suffixes)
 
 
+def _parquet_rows(path: Path, columns: list[str] | None):
+    """Parquet rows a record batch at a time (memory bounded by one batch, not the file)."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    names = f.schema_arrow.names
+    missing = [c for c in columns or [] if c not in names]
+    if missing:
+        shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise DataError(f"{path}: no {missing[0]!r} column (it has: {shown})")
+    i = 0
+    for batch in f.iter_batches(columns=columns, batch_size=1024):
+        for row in batch.to_pylist():
+            yield i, row
+            i += 1
+
+
 def read_rows(path: Path, columns: list[str] | None = None):
     """(row number, row dict) for every record of a `.jsonl`, `.jsonl.gz` / `.json.gz` (JSON lines,
-    the layout C4's files have) or `.parquet` file; `columns` limits what parquet reads."""
+    the layout C4's files have) or `.parquet` file, streamed; `columns` limits what parquet reads
+    (and a parquet file without them is an error)."""
     try:
         if _is(path, ".jsonl", ".jsonl.gz", ".json.gz"):
             import gzip
 
-            opener = gzip.open if path.name.endswith(".gz") else open
+            gz = path.name.endswith(".gz")
+            if gz and path.stat().st_size == 0:
+                raise DataError(f"{path}: empty file, not gzip data (truncated?)")
+            opener = gzip.open if gz else open
             with opener(path, "rt", encoding="utf-8") as f:
                 for i, line in enumerate(f):
                     if not line.strip():
@@ -90,28 +114,25 @@ def read_rows(path: Path, columns: list[str] | None = None):
                     yield i, row
             return
         if _is(path, ".parquet"):
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path, columns=columns)
-            for i, row in enumerate(table.to_pylist()):
-                yield i, row
+            yield from _parquet_rows(path, columns)
             return
     except DataError:
         raise
     except (OSError, EOFError, UnicodeDecodeError, KeyError) as e:
         raise DataError(f"{path}: cannot read corpus file ({e})") from None
-    except Exception as e:  # pyarrow raises its own types for a corrupt or column-less file
-        raise DataError(f"{path}: cannot read corpus file ({type(e).__name__}: {e})") from None
+    except Exception as e:  # pyarrow raises its own types for a corrupt file
+        raise DataError(f"{path}: cannot read corpus file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     raise DataError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
 
 
-def _read_file(path: Path, rel: str) -> list[Document]:
+def iter_documents(path: Path, rel: str) -> Iterator[Document]:
+    """The documents of one corpus file, streamed (a `.txt` file is one document)."""
     if _is(path, ".txt"):
         try:
-            return [Document(rel, path.read_text(encoding="utf-8"))]
+            yield Document(rel, path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{path}: cannot read corpus file ({e})") from None
-    docs = []
+        return
     for i, row in read_rows(path, columns=["text"]):
         text = row.get("text")
         if not isinstance(text, str):
@@ -119,8 +140,11 @@ def _read_file(path: Path, rel: str) -> list[Document]:
                 continue  # parquet nulls: empty rows
             raise DataError(f"{path}:{i + 1}: expected a string 'text' field")
         if text:
-            docs.append(Document(f"{rel}#{i}", text))
-    return docs
+            yield Document(f"{rel}#{i}", text)
+
+
+def _read_file(path: Path, rel: str) -> list[Document]:
+    return list(iter_documents(path, rel))
 
 
 def corpus_files(src: str | Path) -> list[tuple[Path, str]]:
@@ -162,3 +186,15 @@ def fingerprint(docs: list[Document]) -> str:
             h.update(len(b).to_bytes(8, "little"))
             h.update(b)
     return h.hexdigest()
+
+
+def synthetic_documents(n_docs: int = 64, seed: int = 1234) -> list[Document]:
+    """A small deterministic corpus for smoke runs: Python-like lines from a fixed vocabulary."""
+    rng = np.random.default_rng(seed)
+    words = ["def", "return", "self", "value", "data", "for", "in", "if", "else", "import", "class",
+             "None", "True", "x", "y", "i", "len", "range", "print", "(", ")", ":", "=", "+", "[", "]"]
+    docs = []
+    for d in range(n_docs):
+        lines = [" ".join(rng.choice(words, size=rng.integers(3, 12))) for _ in range(200)]
+        docs.append(Document(f"synthetic/{d:04d}.py", "\n".join(lines) + "\n"))
+    return docs

@@ -1,14 +1,19 @@
-"""From a recipe's `[data]` section to batches: resolve the corpus, tokenize once (cached), sample.
+"""From a recipe's `[data]` section to batches: resolve the data, tokenize once (cached), sample.
 
-Training batches are random windows of the train shard chosen by a generator seeded with
-(seed, step): any rank can compute any step's batch without state, so a resumed run sees exactly the
-batches the uninterrupted run saw, and every data-parallel rank takes its own slice of the same
-global batch whatever the world size.
+`data.corpus` is text to tokenize (the stdlib, or local files: prepared once into the cache, keyed
+by the files' names, sizes and times and the tokenizer), or token data as it is: a folder
+`trainperf data prepare` wrote, a Megatron `.bin/.idx` prefix, a folder of prefixes, or a blend
+`w1 p1 w2 p2`. Two samplers (`data.sampler`): "random", windows at random offsets of the
+training stream drawn from (seed, step); "gpt", Megatron's GPT-dataset windows (data/gpt.py), as
+the MLPerf references sample. Either way any rank can compute any step's batch without state, so
+a resumed run sees exactly the batches the uninterrupted run saw, and every data-parallel rank
+takes its own slice of the same global batch whatever the world size.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +22,14 @@ import numpy as np
 import torch
 
 from trainperf.config import DataConfig
-from trainperf.data.corpus import Document, file_documents, stdlib_documents
-from trainperf.data.prepared import read_meta
+from trainperf.data.dataset import TokenData, is_token_source, open_folder, open_megatron, read_meta
+from trainperf.data.gpt import GPTBatches
+from trainperf.data.prepare import list_inputs, prepare_corpus, refuse_foreign, tokenizer_key
+from trainperf.data.prepared import FORMAT as SAMPLES_FORMAT
 from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, open_samples, read_samples,
                                     samples_fingerprint, synthetic_samples, write_samples, _shift)
-from trainperf.data.shards import dataset_fingerprint, open_tokens, write_dataset
-from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
+from trainperf.data.corpus import synthetic_documents  # noqa: F401  (re-exported: tests and tools use it here)
+from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from trainperf.errors import DataError
 
 
@@ -32,55 +39,22 @@ def cache_root(cfg: DataConfig) -> Path:
     return Path(os.environ.get("TRAINPERF_CACHE", Path.home() / ".cache" / "trainperf"))
 
 
-def synthetic_documents(n_docs: int = 64, seed: int = 1234) -> list[Document]:
-    """A small deterministic corpus for smoke runs: Python-like lines from a fixed vocabulary."""
-    rng = np.random.default_rng(seed)
-    words = ["def", "return", "self", "value", "data", "for", "in", "if", "else", "import", "class",
-             "None", "True", "x", "y", "i", "len", "range", "print", "(", ")", ":", "=", "+", "[", "]"]
-    docs = []
-    for d in range(n_docs):
-        lines = [" ".join(rng.choice(words, size=rng.integers(3, 12))) for _ in range(200)]
-        docs.append(Document(f"synthetic/{d:04d}.py", "\n".join(lines) + "\n"))
-    return docs
+def _corpus_spec(cfg: DataConfig) -> str:
+    return "synthetic" if cfg.synthetic else cfg.corpus
 
 
-def _documents(cfg: DataConfig) -> tuple[str, list[Document]]:
-    if cfg.synthetic:
-        return "synthetic", synthetic_documents()
-    if cfg.corpus == "stdlib":
-        return "stdlib", stdlib_documents()
-    return str(Path(cfg.corpus).resolve()), file_documents(cfg.corpus)
-
-
-def _tokenizer_for(cfg: DataConfig, train_docs: list[Document]) -> Tokenizer:
-    if cfg.tokenizer == "byte":
-        return ByteTokenizer()
-    if cfg.tokenizer == "bpe":
-        return train_bpe((d.text for d in train_docs), cfg.bpe_vocab_size)
-    return load_tokenizer(cfg.tokenizer)
-
-
-def _tokenizer_key(cfg: DataConfig) -> str:
-    if cfg.tokenizer in ("byte", "bpe"):
-        return "byte" if cfg.tokenizer == "byte" else f"bpe{cfg.bpe_vocab_size}"
-    import hashlib
-
-    try:
-        return "tok-" + hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()[:16]
-    except OSError as e:
-        raise DataError(f"{cfg.tokenizer}: cannot read tokenizer file ({e.strerror})") from None
-
-
-def open_dataset(path: str | Path, verify: bool = True):
-    """Open a prepared folder of either kind (TokenData or SampleData, as its meta.json says); a
-    missing, truncated or corrupt file is a DataError naming it."""
+def open_dataset(path: str | Path, tokenizer: Tokenizer | None = None):
+    """Open a prepared folder of either kind (token pieces or fine-tuning samples, as its meta.json
+    says). Opening reads metadata only; sizes are checked, checksums are `trainperf data verify`'s."""
     path = Path(path)
     meta = read_meta(path)
     kind = meta.get("kind", "tokens")
     if kind == "samples":
-        return open_samples(path, meta, verify)
+        if meta.get("format") != SAMPLES_FORMAT:
+            raise DataError(f"{path / 'meta.json'}: samples of format {meta.get('format')!r}, expected {SAMPLES_FORMAT}")
+        return open_samples(path, meta, verify=False)
     if kind == "tokens":
-        return open_tokens(path, meta, verify)
+        return open_folder(path, meta, tokenizer)
     raise DataError(f"{path / 'meta.json'}: unknown kind {kind!r} (tokens or samples)")
 
 
@@ -91,38 +65,60 @@ def _check_kind(cfg: DataConfig, data):
     return data
 
 
-def prepare(cfg: DataConfig, out: Path | None = None, row_len: int = 0):
-    """The prepared data for this config: a prepared folder as is, else tokenize into the cache
-    (keyed by corpus fingerprint + tokenizer) unless it is already there. `row_len` is the length
-    of a fine-tuning sample row (`data.kind = "samples"`; the model's sequence length)."""
-    if not cfg.synthetic and cfg.corpus != "stdlib" and (Path(cfg.corpus) / "meta.json").exists():
-        return _check_kind(cfg, open_dataset(cfg.corpus))
-    if cfg.kind == "samples":
-        return _prepare_samples(cfg, out, row_len)
-    name, docs = _documents(cfg)
-    if not docs:
-        raise DataError(f"{cfg.corpus}: corpus holds no documents")
-    val_docs = file_documents(cfg.val) if cfg.val else None
-    train_docs = docs if val_docs is not None else [d for d in docs if not d.is_val]
-    key = f"{dataset_fingerprint(docs, val_docs)[:16]}-{_tokenizer_key(cfg)}"
-    if cfg.eod:
-        key += "-eod" + hashlib.sha256(cfg.eod.encode()).hexdigest()[:8]
-    target = out or cache_root(cfg) / key
-    if out is None and (target / "meta.json").exists():
-        try:
-            return open_dataset(target)
-        except DataError:
-            pass  # a corrupt cache entry is rebuilt, not trusted
-    write_dataset(target, docs, _tokenizer_for(cfg, train_docs), name, val_docs, cfg.eod)
-    return open_dataset(target)
+def _given_tokenizer(cfg: DataConfig) -> Tokenizer | None:
+    """data.tokenizer for token data that carries none (a Megatron prefix): a file, or 'byte'."""
+    if cfg.tokenizer == "byte":
+        return ByteTokenizer()
+    if cfg.tokenizer == "bpe":
+        return None
+    return load_tokenizer(cfg.tokenizer)
+
+
+def open_tokens_source(cfg: DataConfig):
+    """data.corpus as token data, read as it is."""
+    folder = Path(cfg.corpus).expanduser()
+    if len(cfg.corpus.split()) == 1 and (folder / "meta.json").is_file():
+        given = _given_tokenizer(cfg) if cfg.tokenizer not in ("bpe", "byte") else None
+        return open_dataset(folder, given)
+    return open_megatron(cfg.corpus, cfg.val, _given_tokenizer(cfg))
+
+
+def prepare(cfg: DataConfig, out: Path | None = None, row_len: int = 0, workers: int = 0,
+            shard: tuple[int, int] | None = None):
+    """The prepared data for this config: token data as it is, else tokenize into `out` or the
+    cache unless it is already there. `row_len` is the length of a fine-tuning sample row
+    (`data.kind = "samples"`; the model's sequence length). With `shard`, only that share of the
+    pieces is made and None is returned."""
+    if not cfg.synthetic and cfg.corpus != "stdlib" and is_token_source(cfg.corpus):
+        data = _check_kind(cfg, open_tokens_source(cfg))
+    elif cfg.kind == "samples":
+        data = _prepare_samples(cfg, out, row_len)
+    else:
+        corpus = _corpus_spec(cfg)
+        name = corpus if corpus in ("stdlib", "synthetic") else str(Path(corpus).resolve())
+        target = out
+        if target is None:
+            key = hashlib.sha256(json.dumps([name, [i.stamp for i in list_inputs(corpus, cfg.val)], cfg.val,
+                                             tokenizer_key(cfg.tokenizer, cfg.bpe_vocab_size), cfg.eod]).encode())
+            target = cache_root(cfg) / f"{key.hexdigest()[:16]}-{tokenizer_key(cfg.tokenizer, cfg.bpe_vocab_size)}"
+        done = prepare_corpus(target, corpus, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val, cfg.eod,
+                              workers=workers, shard=shard, corpus_name=name)
+        if done is None:
+            return None
+        data = open_dataset(done)
+    if isinstance(data, TokenData):
+        data.sampler = cfg.sampler
+    return data
 
 
 def _prepare_samples(cfg: DataConfig, out: Path | None, row_len: int) -> SampleData:
     if row_len < 2:
         raise DataError("fine-tuning samples need a row length (the model's seq_len, or --seq-len) of at least 2")
     if cfg.tokenizer == "bpe":
-        raise DataError("data.tokenizer: fine-tuning samples need 'byte' or a tokenizer.json, not a BPE trained here")
-    tok = _tokenizer_for(cfg, [])
+        raise DataError("data.tokenizer: fine-tuning samples need 'byte' or a tokenizer file, not a BPE trained here")
+    if out is not None:
+        refuse_foreign(out, kind="samples")
+    tok = ByteTokenizer() if cfg.tokenizer == "byte" else load_tokenizer(cfg.tokenizer)
     if cfg.synthetic:
         name, samples = "synthetic", synthetic_samples(tok, row_len)
         val = synthetic_samples(tok, row_len, n=64, seed=4321, prefix="synthetic-val")
@@ -131,7 +127,7 @@ def _prepare_samples(cfg: DataConfig, out: Path | None, row_len: int) -> SampleD
         samples = read_samples(cfg.corpus, tok, row_len)
         val = read_samples(cfg.val, tok, row_len) if cfg.val else None
     fp = samples_fingerprint(samples + (val or []))
-    target = out or cache_root(cfg) / f"{fp[:16]}-{_tokenizer_key(cfg)}-samples{row_len}"
+    target = out or cache_root(cfg) / f"{fp[:16]}-{tokenizer_key(cfg.tokenizer, 0)}-samples{row_len}"
     if out is None and (target / "meta.json").exists():
         try:
             return _check_kind(cfg, open_dataset(target))
@@ -141,10 +137,18 @@ def _prepare_samples(cfg: DataConfig, out: Path | None, row_len: int) -> SampleD
     return open_dataset(target)
 
 
-def train_batches(data, seq_len: int, global_batch: int, seed: int):
-    """The step -> batch source for prepared data of either kind."""
+def train_batches(data, seq_len: int, global_batch: int, seed: int, num_samples: int | None = None):
+    """The step -> batch source for prepared data of either kind; token data is sampled as
+    `data.sampler` says (random windows, or Megatron's GPT dataset: with `num_samples`, the index
+    Megatron builds for that many training samples, else one epoch's)."""
     if isinstance(data, SampleData):
         return SampleBatches(data, seq_len, global_batch, seed)
+    if data.blend:
+        from trainperf.data.blend import BlendBatches
+
+        return BlendBatches(data.blend, seq_len, global_batch, seed, num_samples)
+    if getattr(data, "sampler", "random") == "gpt":
+        return GPTBatches(data.train, seq_len, global_batch, seed, num_samples)
     return TrainBatches(data.train, seq_len, global_batch, seed)
 
 
@@ -161,7 +165,7 @@ def eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0, eval_do
 class TrainBatches:
     """Deterministic random windows of the training shard."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, global_batch: int, seed: int):
+    def __init__(self, tokens, seq_len: int, global_batch: int, seed: int):
         if tokens.size < seq_len + 2:
             raise DataError(f"training split has {tokens.size} tokens, fewer than one sequence of {seq_len}")
         self.tokens, self.seq_len, self.global_batch, self.seed = tokens, seq_len, global_batch, seed
@@ -179,8 +183,7 @@ class TrainBatches:
         puts them in page-locked memory so the copy to a GPU can overlap compute (non_blocking)."""
         per = self.global_batch // world
         offs = self.global_offsets(step)[rank * per:(rank + 1) * per]
-        idx = offs[:, None] + np.arange(self.seq_len + 1)[None, :]
-        window = torch.from_numpy(self.tokens[idx].astype(np.int64))
+        window = torch.from_numpy(np.asarray(self.tokens.windows(offs, self.seq_len + 1)).astype(np.int64))
         if pin:
             window = window.pin_memory()
         return window[:, :-1], window[:, 1:]
@@ -205,6 +208,9 @@ def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0, e
     windows instead (MLPerf LLM benchmarks fix the count). With `eval_documents`, the whole split,
     which must hold exactly that many documents; `samples` is then that document count."""
     val = data.val
+    tok = data.tokenizer
+    if tok is None:
+        raise DataError(f"{data.path}: the eval counts bytes of text, so it needs the tokenizer: set data.tokenizer")
     if eval_documents:
         held = int(data.meta["documents"]["val"])
         if held != eval_documents:
@@ -216,11 +222,19 @@ def build_eval_set(data, seq_len: int, eval_bytes: int, eval_samples: int = 0, e
         if val.size < n_tokens:
             raise DataError(f"validation split has {val.size} tokens; {eval_samples} samples of {seq_len} need {n_tokens}")
     else:
-        # bytes covered by tokens 1..i (token 0 is context only, never a target)
-        covered = np.cumsum(data.tokenizer.token_bytes()[np.asarray(val[1:])])
-        n_tokens = min(int(np.searchsorted(covered, eval_bytes)) + 2, int(val.size))
-    toks = torch.from_numpy(np.asarray(val[:n_tokens]).astype(np.int64))
-    nb = torch.from_numpy(data.tokenizer.token_bytes())
+        # bytes covered by tokens 1..i (token 0 is context only, never a target), read a chunk at a
+        # time until they reach eval_bytes: a large validation split is not read whole
+        per_token, covered, start = tok.token_bytes(), 0, 1
+        n_tokens = int(val.size)
+        while start < val.size:
+            chunk = np.cumsum(per_token[np.asarray(val.take(start, min(1 << 20, val.size - start)))]) + covered
+            i = int(np.searchsorted(chunk, eval_bytes))
+            if i < chunk.size:
+                n_tokens = min(start + i + 1, int(val.size))
+                break
+            covered, start = int(chunk[-1]), start + chunk.size
+    toks = torch.from_numpy(np.asarray(val.take(0, n_tokens)).astype(np.int64))
+    nb = torch.from_numpy(tok.token_bytes())
     n_full = (toks.numel() - 1) // seq_len
     inputs, targets = [], []
     if n_full:

@@ -1,0 +1,378 @@
+"""`trainperf data prepare`: text corpus -> a dataset of Megatron indexed pieces, streamed.
+
+Each input file becomes one piece (its training and held-out documents as two prefixes), written
+by one worker a batch of documents at a time, so memory stays bounded whatever the corpus size.
+A piece appears whole or not at all: its .bin/.idx are renamed into place, then its record
+`pieces/<name>.json`, which names the settings it was made with. A rerun of the same command
+keeps the pieces whose record matches and makes only the rest, so a killed prepare resumes, and
+separate processes (`--shard I/N`, e.g. a Slurm array) can make the pieces of one corpus. The
+last step (any run that finds every piece) writes meta.json: an index over the pieces, no token
+rewritten.
+
+`--out` may name a new or empty folder, or one trainperf made (it has prepare.json); any other
+existing folder is refused and left as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from trainperf import atomic
+from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
+                                   synthetic_documents)
+from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_meta
+from trainperf.data.indexed import IndexWriter, token_dtype
+from trainperf.data.prepared import sha256_file, with_val
+from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
+from trainperf.errors import DataError, UsageError
+
+BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
+BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
+_PIECE_FILE = re.compile(r"^(?:[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)|\.[tv]\d{5}_(?:train|val)\.\d+\.(?:bin|idx))$")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of the corpus, which becomes one piece."""
+
+    name: str  # piece name: t00000 (training source), v00000 (validation source)
+    kind: str  # "file", "stdlib" or "synthetic"
+    path: str  # the file ("" for the built-in corpora)
+    rel: str  # document id prefix
+    role: str  # "split" (held out by hash), "train" or "val"
+    stamp: str  # size and mtime of the file: a changed file is prepared again
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def list_inputs(corpus: str, val: str = "") -> list[Input]:
+    """The pieces of a corpus (and of a separate validation source), in order."""
+    role = "train" if val else "split"
+    if corpus in ("stdlib", "synthetic"):
+        # the built-in corpora are one piece each: their documents are many small files
+        ins = [Input("t00000", corpus, "", corpus, role, corpus)]
+    else:
+        ins = [Input(f"t{i:05d}", "file", str(f), rel, role, _stamp(f)) for i, (f, rel) in enumerate(corpus_files(corpus))]
+    if val:
+        ins += [Input(f"v{i:05d}", "file", str(f), rel, "val", _stamp(f)) for i, (f, rel) in enumerate(corpus_files(val))]
+    if len(ins) > 99999:
+        raise DataError(f"{corpus}: {len(ins)} files; at most 99,999 inputs (merge small files)")
+    return ins
+
+
+def documents_of(inp: Input) -> Iterator[Document]:
+    if inp.kind == "stdlib":
+        return iter(stdlib_documents())
+    if inp.kind == "synthetic":
+        return iter(synthetic_documents())
+    return iter_documents(Path(inp.path), inp.rel)
+
+
+def tokenizer_key(spec: str, vocab: int) -> str:
+    if spec in ("byte", "bpe"):
+        return "byte" if spec == "byte" else f"bpe{vocab}"
+    try:
+        return "tok-" + hashlib.sha256(Path(spec).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise DataError(f"{spec}: cannot read tokenizer file ({e.strerror})") from None
+
+
+def _tokenizer_file(spec: str) -> str:
+    return "tokenizer.model" if spec.endswith(".model") else "tokenizer.json"
+
+
+# --- the --out rule -----------------------------------------------------------------------------
+
+def refuse_foreign(out: Path, kind: str = "tokens") -> None:
+    """`--out` may be new, an empty folder, or a folder trainperf made for this kind of data (its
+    prepare.json, or a samples folder's meta.json); anything else is refused and left untouched."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder; refusing to write there")
+    if not out.is_dir():
+        return
+    others = [p.name for p in out.iterdir() if not p.name.startswith(".prepare.json.")]
+    if not others:
+        return
+    if kind == "tokens" and (out / "prepare.json").is_file():
+        return
+    if kind == "samples":
+        try:
+            if json.loads((out / "meta.json").read_text()).get("kind") == "samples":
+                return
+        except (OSError, ValueError, AttributeError):
+            pass
+    raise UsageError(f"--out {out}: an existing folder that is not a trainperf {kind} dataset; refusing to "
+                     "write into it (nothing was changed)")
+
+
+def claim_out(out: Path, settings: dict) -> None:
+    """Make `out` ours for these settings (refuse_foreign's rule). A folder trainperf made with other
+    settings has its own files removed, nothing else."""
+    refuse_foreign(out)
+    marker = out / "prepare.json"
+    if marker.is_file():
+        try:
+            old = json.loads(marker.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{marker}: unreadable ({e})") from None
+        if old == settings:
+            (out / "pieces").mkdir(exist_ok=True)
+            return
+        _remove_ours(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pieces").mkdir(exist_ok=True)
+    atomic.write_json(marker, settings)
+
+
+def _remove_ours(out: Path) -> None:
+    """The files a prepare with other settings made (and only those)."""
+    (out / "meta.json").unlink(missing_ok=True)
+    for name in TOKENIZER_FILES:
+        (out / name).unlink(missing_ok=True)
+    pieces = out / "pieces"
+    if pieces.is_dir():
+        for p in pieces.iterdir():
+            if _PIECE_FILE.match(p.name):
+                p.unlink()
+
+
+# --- one piece ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Job:
+    out: str
+    inp: Input
+    settings_key: str
+    tokenizer: str  # "byte", or the tokenizer file inside out
+    eod: str
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.settings_key}|{self.inp.rel}|{self.inp.stamp}|{self.inp.role}".encode()).hexdigest()
+
+
+def piece_record(out: Path, name: str) -> dict | None:
+    try:
+        return json.loads((out / "pieces" / f"{name}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def make_piece(job: Job) -> dict:
+    """Tokenize one input into pieces/<name>_{train,val}.{bin,idx} and record it; returns the record."""
+    out, inp = Path(job.out), job.inp
+    tok: Tokenizer = ByteTokenizer() if job.tokenizer == "byte" else load_tokenizer(out / job.tokenizer)
+    eod = None
+    if job.eod:
+        eod = tok.token_id(job.eod)
+        if eod is None:
+            raise DataError(f"data.eod: {job.eod!r} is not a token of the tokenizer ({tok.name})")
+    dtype = token_dtype(tok.vocab_size)
+    base = out / "pieces" / inp.name
+    writers = {s: IndexWriter(Path(f"{base}_{s}"), dtype) for s in ("train", "val")}
+    fp = hashlib.sha256()  # corpus.fingerprint's hash over every document of the input, streamed
+    count = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in ("train", "val")}
+
+    def flush(batch: list[Document]) -> None:
+        ids = tok.encode_batch([d.text for d in batch])
+        for split in ("train", "val"):
+            keep = [(d, x) for d, x in zip(batch, ids) if _split_of(d, inp.role) == split]
+            if not keep:
+                continue
+            docs = [x + [eod] if eod is not None else x for _, x in keep]
+            writers[split].add(docs)
+            c = count[split]
+            c["documents"] += len(docs)
+            c["tokens"] += sum(map(len, docs))
+            c["bytes"] += sum(len(d.text.encode("utf-8")) for d, _ in keep)
+        for d in batch:
+            for part in (d.id.encode("utf-8"), d.text.encode("utf-8")):
+                fp.update(len(part).to_bytes(8, "little"))
+                fp.update(part)
+
+    try:
+        batch: list[Document] = []
+        size = 0
+        for doc in documents_of(inp):
+            batch.append(doc)
+            size += len(doc.text)
+            if len(batch) >= BATCH_DOCS or size >= BATCH_BYTES:
+                flush(batch)
+                batch, size = [], 0
+        if batch:
+            flush(batch)
+        for w in writers.values():
+            w.close()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    rec = {"name": inp.name, "source": inp.rel, "role": inp.role, "key": job.key, "dtype": dtype.name,
+           "fingerprint": fp.hexdigest(),
+           **{s: {**count[s],
+                  "sha256": {ext: sha256_file(Path(f"{base}_{s}.{ext}")) for ext in ("bin", "idx")}}
+              for s in ("train", "val")}}
+    atomic.write_json(out / "pieces" / f"{inp.name}.json", rec)
+    return rec
+
+
+def _split_of(doc: Document, role: str) -> str:
+    if role == "split":
+        return "val" if held_out(doc.id) else "train"
+    return role
+
+
+def _init_worker(threads: int) -> None:
+    # each worker's tokenizer threads share the cores with the other workers
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+
+
+# --- the whole prepare --------------------------------------------------------------------------
+
+def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 4096, val: str = "",
+                   eod: str = "", workers: int = 0, shard: tuple[int, int] | None = None,
+                   corpus_name: str = "") -> Path | None:
+    """Prepare `corpus` into `out` (see the module doc). Returns `out` once meta.json is written;
+    None when `shard` made only its share of the pieces."""
+    out = Path(out)
+    inputs = list_inputs(corpus, val)
+    tok_key = tokenizer_key(tokenizer, vocab)
+    settings = {"format": FORMAT, "corpus": corpus_name or corpus, "val": val, "tokenizer": tok_key, "eod": eod,
+                "inputs": [asdict(i) for i in inputs]}
+    settings_key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+    claim_out(out, settings)
+    if shard is None and (out / "meta.json").is_file():
+        return out
+    tok_file = _place_tokenizer(out, tokenizer, vocab, inputs)
+    jobs = [Job(str(out), inp, settings_key, tok_file, eod) for inp in inputs]
+    _sweep_temp(out / "pieces")
+    todo = [j for j in jobs if (piece_record(out, j.inp.name) or {}).get("key") != j.key]
+    if shard is not None:
+        todo = [j for j in todo if jobs.index(j) % shard[1] == shard[0]]
+    _run_jobs(todo, workers)
+    if shard is not None:
+        return None
+    records = [piece_record(out, j.inp.name) for j in jobs]
+    missing = [j.inp.name for j, r in zip(jobs, records) if (r or {}).get("key") != j.key]
+    if missing:
+        raise DataError(f"{out}: pieces {', '.join(missing[:5])} are not finished")
+    assemble(out, records, settings, tokenizer_name(out, tok_file, tokenizer, vocab))
+    return out
+
+
+def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
+    if spec in ("byte", "bpe"):
+        return "byte" if spec == "byte" else f"bpe{vocab}"
+    return f"file:{Path(spec).name}"
+
+
+def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> str:
+    """The tokenizer file inside `out` that the workers load (trained here for 'bpe')."""
+    if spec == "byte":
+        ByteTokenizer().save(out / "tokenizer.json") if not (out / "tokenizer.json").is_file() else None
+        return "byte"
+    name = _tokenizer_file(spec)
+    if (out / name).is_file():
+        return name
+    if spec == "bpe":
+        # trained on the training documents only, streamed file by file
+        texts = (d.text for inp in inputs if inp.role != "val" for d in documents_of(inp)
+                 if _split_of(d, inp.role) == "train")
+        tok = train_bpe(texts, vocab)
+        with atomic.atomic_path(out / name) as tmp:
+            tok.save(tmp)
+        return name
+    load_tokenizer(spec)  # a bad file fails here, in one line, before any worker starts
+    with atomic.atomic_path(out / name) as tmp:
+        tmp.write_bytes(Path(spec).read_bytes())
+    return name
+
+
+def _sweep_temp(pieces: Path) -> None:
+    """A killed worker's half-written files (ours: dot-named piece files)."""
+    for p in pieces.iterdir():
+        if p.name.startswith(".") and _PIECE_FILE.match(p.name):
+            p.unlink(missing_ok=True)
+
+
+def _run_jobs(jobs: list[Job], workers: int) -> None:
+    n = min(workers or os.cpu_count() or 1, len(jobs))
+    if n <= 1:
+        for j in jobs:
+            make_piece(j)
+        return
+    cores = os.cpu_count() or 1
+    with ProcessPoolExecutor(n, mp_context=get_context("spawn"), initializer=_init_worker,
+                             initargs=(max(1, cores // n),)) as pool:
+        for f in [pool.submit(make_piece, j) for j in jobs]:
+            f.result()  # the first failure (a DataError naming its file) ends the prepare
+
+
+def assemble(out: Path, records: list[dict], settings: dict, tok_name: str) -> None:
+    """meta.json over the finished pieces: counts, checksums, the dataset fingerprint."""
+    tok = load_tokenizer(out / "tokenizer.json") if (out / "tokenizer.json").is_file() else None
+    if tok is None and (out / "tokenizer.model").is_file():
+        tok = load_tokenizer(out / "tokenizer.model")
+    total = {s: {k: sum(r[s][k] for r in records) for k in ("documents", "tokens", "bytes")} for s in ("train", "val")}
+    for s in ("train", "val"):
+        if total[s]["documents"] == 0:
+            raise DataError(f"{settings['corpus']}: the {'training' if s == 'train' else 'validation'} split is empty; "
+                            "the corpus needs more documents")
+
+    def fp(roles: set[str]) -> str:
+        hs = [r["fingerprint"] for r in records if r["role"] in roles]
+        return hs[0] if len(hs) == 1 else hashlib.sha256("".join(hs).encode()).hexdigest()
+
+    val_file = bool(settings["val"])
+    # one input keeps the value a whole-corpus sha256 over its documents gives (corpus.fingerprint)
+    fingerprint = with_val(fp({"train"}), fp({"val"})) if val_file else fp({"split"})
+    meta = {"format": FORMAT, "kind": "tokens", "corpus": settings["corpus"], "fingerprint": fingerprint,
+            "val_source": "file" if val_file else "hash split", "eod": settings["eod"], "tokenizer": tok_name,
+            "vocab_size": tok.vocab_size if tok else 0, "dtype": records[0]["dtype"],
+            "documents": {s: total[s]["documents"] for s in ("train", "val")},
+            "train": {k: total["train"][k] for k in ("tokens", "bytes")},
+            "val": {k: total["val"][k] for k in ("tokens", "bytes")},
+            "pieces": [{"name": r["name"], "source": r["source"], "role": r["role"],
+                        "documents": {s: r[s]["documents"] for s in ("train", "val")},
+                        "tokens": {s: r[s]["tokens"] for s in ("train", "val")},
+                        "sha256": {f"{r['name']}_{s}.{e}": r[s]["sha256"][e] for s in ("train", "val") for e in ("bin", "idx")}}
+                       for r in records]}
+    atomic.write_json(out / "meta.json", meta)
+
+
+def verify(path: Path) -> list[str]:
+    """Every file of a prepared folder against the sha256 that prepare recorded; the problems found."""
+    meta = read_meta(path)
+    problems = []
+    if meta.get("kind") == "samples":
+        for split in ("train", "val"):
+            for name, want in meta[split]["sha256"].items():
+                f = path / name
+                if not f.is_file():
+                    problems.append(f"{f}: missing")
+                elif sha256_file(f) != want:
+                    problems.append(f"{f}: checksum mismatch (corrupt file)")
+        return problems
+    open_folder(path, meta)  # sizes and headers first: one line for a truncated file
+    for piece in meta["pieces"]:
+        for name, want in piece["sha256"].items():
+            f = path / "pieces" / name
+            if not f.is_file():
+                problems.append(f"{f}: missing")
+            elif sha256_file(f) != want:
+                problems.append(f"{f}: checksum mismatch (corrupt file)")
+    return problems

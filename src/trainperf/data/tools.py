@@ -1,0 +1,112 @@
+"""What `trainperf data prepare | info | verify` do; the CLI parses their arguments and calls these."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainperf.config import DataConfig
+from trainperf.data.dataset import read_meta
+from trainperf.data.indexed import is_prefix, open_prefix, parse_blend
+from trainperf.errors import DataError, UsageError
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """`--shard I/N` as (I, N), 0 <= I < N."""
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected I/N, e.g. 3/16") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UsageError(f"--shard {text!r}: needs 0 <= I < N")
+    return i, n
+
+
+def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple[int, int] | None) -> int:
+    from trainperf.data.pipeline import prepare as _prepare
+
+    data = _prepare(cfg, out=out, row_len=seq_len, workers=workers, shard=shard)
+    if data is None:
+        print(f"prepared shard {shard[0]}/{shard[1]} of {cfg.corpus}'s pieces in {out / 'pieces'}; run the same "
+              "command without --shard to assemble the dataset")
+        return 0
+    m = data.meta
+    if m.get("kind") == "samples":
+        size = (f"{m['train']['rows']:,} train / {m['val']['rows']:,} val samples of {m['row_len']} tokens "
+                f"({m['val']['scored_tokens']:,} scored val tokens)")
+    else:
+        size = f"{m['train']['tokens']:,} train / {m['val']['tokens']:,} val tokens in {len(m['pieces'])} pieces"
+    print(f"prepared {out}: {size}, validation from the {m['val_source']}, "
+          f"{m['tokenizer']} (vocab {m['vocab_size']}), corpus sha256 {m['fingerprint'][:16]}...")
+    return 0
+
+
+def describe(path: str) -> dict:
+    """Documents, tokens, dtype and tokenizer of a dataset folder, a Megatron prefix, a folder of
+    prefixes or a blend; metadata only."""
+    p = Path(path).expanduser()
+    if len(path.split()) == 1 and (p / "meta.json").is_file():
+        m = read_meta(p)
+        if m.get("kind") == "samples":
+            return {"path": str(p), "kind": "samples", "tokenizer": m.get("tokenizer"), "dtype": m.get("dtype"),
+                    "row_len": m.get("row_len"), "rows": {s: m[s]["rows"] for s in ("train", "val")}}
+        from trainperf.data.dataset import open_folder
+
+        open_folder(p, m)  # sizes checked: a truncated piece is reported, not described
+        return {"path": str(p), "kind": "trainperf dataset", "tokenizer": m["tokenizer"], "vocab_size": m["vocab_size"],
+                "dtype": m["dtype"], "documents": m["documents"],
+                "tokens": {s: m[s]["tokens"] for s in ("train", "val")}, "pieces": len(m["pieces"]),
+                "val_source": m["val_source"], "eod": m.get("eod", ""), "fingerprint": m["fingerprint"]}
+    sources = []
+    for w, spec in parse_blend(path):
+        q = Path(spec).expanduser()
+        if is_prefix(q):
+            prefixes = [q]
+        elif q.is_dir() and any(q.glob("*.idx")):
+            prefixes = sorted(Path(str(f)[:-4]) for f in q.glob("*.idx"))
+        elif Path(f"{q}.bin").is_file():
+            raise DataError(f"{q}.idx: missing; a Megatron dataset prefix needs its .idx and .bin")
+        else:
+            raise DataError(f"{q}: neither a dataset folder nor a Megatron prefix (no {q}.idx)")
+        for pre in prefixes:
+            t = open_prefix(pre)
+            sources.append({"prefix": str(pre), "weight": w, "documents": t.n_documents,
+                            "sequences": t.n_sequences, "tokens": t.n_tokens, "dtype": t.dtype.name})
+    return {"path": path, "kind": "megatron", "tokenizer": "(none: a Megatron prefix carries no tokenizer)",
+            "dtype": sources[0]["dtype"], "documents": sum(s["documents"] for s in sources),
+            "tokens": sum(s["tokens"] for s in sources), "prefixes": sources}
+
+
+def info(path: str, as_json: bool = False) -> int:
+    d = describe(path)
+    if as_json:
+        print(json.dumps(d, indent=1))
+        return 0
+    if d["kind"] == "samples":
+        print(f"{d['path']}: fine-tuning samples, {d['rows']['train']:,} train / {d['rows']['val']:,} val rows of "
+              f"{d['row_len']} tokens, {d['dtype']}, tokenizer {d['tokenizer']}")
+    elif d["kind"] == "trainperf dataset":
+        print(f"{d['path']}: {d['documents']['train']:,} train / {d['documents']['val']:,} val documents, "
+              f"{d['tokens']['train']:,} / {d['tokens']['val']:,} tokens, {d['dtype']}, {d['pieces']} pieces, "
+              f"tokenizer {d['tokenizer']} (vocab {d['vocab_size']}), validation from the {d['val_source']}")
+    else:
+        for s in d["prefixes"]:
+            w = f"weight {s['weight']:g}, " if len(d["prefixes"]) > 1 else ""
+            print(f"{s['prefix']}: {w}{s['documents']:,} documents, {s['sequences']:,} sequences, "
+                  f"{s['tokens']:,} tokens, {s['dtype']}")
+        if len(d["prefixes"]) > 1:
+            print(f"total: {d['documents']:,} documents, {d['tokens']:,} tokens")
+        print(f"tokenizer: {d['tokenizer']}")
+    return 0
+
+
+def verify(path: Path) -> int:
+    from trainperf.data.prepare import verify as _verify
+
+    problems = _verify(path)
+    if problems:
+        raise DataError(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    print(f"{path}: every file matches its recorded sha256")
+    return 0
