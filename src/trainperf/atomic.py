@@ -4,11 +4,16 @@ Everything trainperf writes for a reader (summaries, reports, plans, shards, che
 goes through a temporary name in the same folder, is flushed to disk, and is then renamed over the
 final name: a crash or a full disk leaves the old file or none, never half of a new one. The
 temporary names start with '.' and are unique per process, so concurrent writers (ranks) never
-share one. This module imports only the standard library.
+share one. An OSError on the way (disk full, permission) comes out as a `FileError` naming the final
+file, not the temporary one.
+
+It also states the rule for every output folder a user names (`--out`): `check_out` and `mark_out`.
+This module imports only the standard library and `trainperf.errors` (a leaf).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -16,6 +21,8 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from trainperf.errors import FileError, OutError, describe_os_error, file_error
 
 
 def _tmp_name(path: Path, suffix: str = ".tmp") -> Path:
@@ -50,8 +57,10 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, FileError):
+            raise file_error(e, "writing", path) from e
         raise
     _fsync_dir(path.parent)
     return path
@@ -78,8 +87,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, FileError):
+            raise file_error(e, "writing", path) from e
         raise
     _fsync_dir(path.parent)
 
@@ -90,9 +101,12 @@ def atomic_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
     are flushed and it is renamed to `out`, replacing an empty `out`, or a full one when `overwrite`;
     when it fails, it is deleted."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(out, suffix=".tmpdir")
-    os.mkdir(tmp, 0o777)  # the umask decides, as for any folder (mkdtemp would make it private)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(tmp, 0o777)  # the umask decides, as for any folder (mkdtemp would make it private)
+    except OSError as e:
+        raise file_error(e, "creating", out) from e
     try:
         yield tmp
         for root, _, files in os.walk(tmp):
@@ -102,8 +116,13 @@ def atomic_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
         if overwrite and out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)  # a folder may replace only an empty folder: a full `out` raises OSError
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, FileError):
+            # name the file as it will be called, not its temporary folder
+            name = str(e.filename or "")
+            where = out / os.path.relpath(name, tmp) if name.startswith(str(tmp)) else out
+            raise file_error(e, "writing", where) from e
         raise
     _fsync_dir(out.parent)
 
@@ -111,3 +130,72 @@ def atomic_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
 def sync_dir(path: str | os.PathLike) -> None:
     """Make the renames inside folder `path` durable (where the OS lets a folder be fsynced)."""
     _fsync_dir(Path(path))
+
+
+# ---- output folders
+
+OUT_MARKER = ".trainperf"  # in every folder trainperf makes for a user's --out: {"kind": ...}
+
+
+def out_kind(folder: str | os.PathLike) -> str | None:
+    """The kind of output trainperf made `folder` for ("run", "report", "dataset", ...), None when it
+    holds no readable marker."""
+    try:
+        kind = json.loads((Path(folder) / OUT_MARKER).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def check_out(out: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
+    """The one rule for a folder a user names as output, checked before anything is written: `out`
+    may be a new folder (its nearest existing parent a writable folder), an empty folder, or a folder
+    trainperf itself made for the same `kind` of output (its `OUT_MARKER`; `mark_out` writes it).
+    Anything else is someone else's and is never written into, let alone replaced: a file is an
+    `OutError` (exit 2), an unwritable place a `FileError` (exit 1).
+
+    A command that replaces a folder it made (a dataset cache rebuilt, `report --force`) checks
+    `out_kind(out) == kind` first and only then may call `atomic_dir(out, overwrite=True)`."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise OutError(f"{flag} {out}: is a file, not a folder")
+        if any(out.iterdir()) and out_kind(out) != kind:
+            made = out_kind(out)
+            what = f"trainperf made it for {made} output" if made else "trainperf did not make it"
+            raise OutError(f"{flag} {out}: the folder holds files and {what}; {kind} output goes to a new "
+                           "folder, an empty one, or one trainperf made for it")
+        _check_writable(out, "writing into", out)
+        return out
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutError(f"{flag} {out}: {parent} is a file, not a folder")
+    _check_writable(parent, "creating", out)
+    return out
+
+
+def _check_writable(folder: Path, doing: str, name: Path) -> None:
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    try:  # access() says no for a read-only file system too (even to root); name the right cause
+        err = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+    except (OSError, AttributeError):
+        err = errno.EACCES
+    raise FileError(describe_os_error(OSError(err, os.strerror(err)), doing, name))
+
+
+def mark_out(out: str | os.PathLike, kind: str) -> Path:
+    """Create `out` (and its parents) if needed and mark it as trainperf's `kind` output; the marker
+    is what lets a later command of the same kind write there again (`check_out`)."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if out_kind(out) != kind:
+            write_json(out / OUT_MARKER, {"kind": kind})
+    except FileError:
+        raise
+    except OSError as e:
+        raise file_error(e, "creating", out) from e
+    return out

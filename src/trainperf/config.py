@@ -489,6 +489,9 @@ def validate(r: Recipe) -> None:
            "fine-tuning samples (data.kind='samples') need 'byte' or a tokenizer file")
     _check(t.global_batch_size >= 1, "train.global_batch_size", "must be >= 1")
     _check(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
+    _check(t.micro_batch_size <= t.global_batch_size, "train.micro_batch_size",
+           f"{t.micro_batch_size} is larger than train.global_batch_size={t.global_batch_size} (a micro-batch is "
+           "part of one optimizer step's batch)")
     _check(t.lr > 0, "train.lr", f"must be > 0, got {t.lr}")
     _check(0 <= t.end_lr <= t.lr, "train.end_lr", f"must be in [0, train.lr], got {t.end_lr}")
     _check(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainperf import atomic
 from trainperf.config import load_recipe
-from trainperf.errors import RunError, UsageError
+from trainperf.errors import OutError, RunError, UsageError
 
 # The [model] keys printed for a recipe, in ModelConfig order; rope_theta only means something for llama.
 _KEYS = ("family", "n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len", "norm_eps",
@@ -36,6 +36,8 @@ def cmd_import_hf(args) -> int:
     from trainperf.model.hf import read_hf_checkpoint, read_hf_config
 
     out: Path = args.out
+    if out.is_dir():
+        raise OutError(f"--out {out}: is a folder; give the .safetensors file to write")
     if out.exists() and not args.force:
         raise RunError(f"{out}: exists; pass --force to replace it")
     like = None

@@ -1,20 +1,25 @@
 """`trainperf` command line: parses arguments and calls the parts; no logic of its own.
 
-Every expected failure (bad recipe, bad data, bad output dir) prints one line and exits non-zero;
-`--debug` shows the traceback instead.
+Every expected failure (bad recipe, bad data, bad output dir, a full disk) prints one line and exits
+with the code README.md's table gives; `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import signal
 import sys
 import time
 from pathlib import Path
 
+from trainperf import atomic
+from trainperf.cli.args import Parser, non_negative_int, positive_int
 from trainperf.cli.score_cmd import run_seeds_and_score, smoke_incomplete
 from trainperf.config import DataConfig, Recipe, SubmittedLayout, list_recipes, load_recipe, validate
-from trainperf.errors import EXIT_USAGE, RunError, TrainperfError, UsageError
+from trainperf.errors import (EXIT_FAIL, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, RunError, Terminated, TrainperfError,
+                              UsageError, describe_os_error)
 from trainperf.layout import format_layout, merge_overrides, parse_layout
 from trainperf.parallel import launch
 
@@ -27,7 +32,7 @@ _SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.pla
 
 def _common() -> argparse.ArgumentParser:
     """Options every subcommand accepts after its name too (`trainperf run --debug`)."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = Parser(add_help=False)
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -37,23 +42,24 @@ def _add_run(sub) -> None:
     p.add_argument("benchmark", nargs="?", default="tiny", help="recipe name (recipes/*.toml) or path")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a recipe value, e.g. --set train.lr=3e-3 (repeatable)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="random seed (default: the recipe's)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--max-steps", type=int, default=0, help="stop (aborted) after this many steps")
+    # 0 (the default) stands for "not given": the recipe's schedule; a user's 0 is refused
+    p.add_argument("--max-steps", type=positive_int, default=0, help="stop (aborted) after this many steps")
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>-<time>)")
     p.add_argument("--no-progress", action="store_true", help="plain log lines instead of a live bar")
     p.add_argument("--smoke", action="store_true",
                    help="the benchmark's control flow shrunk to seconds on a CPU (recipe's [smoke]); status "
                         "aborted, exit 0 when it made its planned evaluations and its log is sound")
-    p.add_argument("--seeds", type=int, default=0, metavar="N",
+    p.add_argument("--seeds", type=positive_int, default=0, metavar="N",
                    help="run seeds SEED..SEED+N-1 into OUT/seed_<s>/ and score them (trainperf score)")
-    p.add_argument("--nproc", type=int, default=0, metavar="N",
+    p.add_argument("--nproc", type=positive_int, default=0, metavar="N",
                    help="processes on this machine: N > 1 starts torchrun (gloo on CPU, NCCL on GPU)")
-    p.add_argument("--max-restarts", type=int, default=0, metavar="R",
+    p.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="R",
                    help="restart the worker group up to R times after a failure, resuming from the last checkpoint")
     p.add_argument("--resume", type=Path, default=None, metavar="DIR",
                    help="continue a run: its directory (last complete checkpoint) or one checkpoints/step_* folder")
-    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+    p.add_argument("--checkpoint-every", type=non_negative_int, default=None, metavar="N",
                    help="a distributed checkpoint every N steps and at the end (checkpoint.every_steps)")
     p.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars into the run directory")
     p.add_argument("--layout", default=None, metavar="SPEC|NAME",
@@ -96,7 +102,7 @@ def _add_data(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trainperf", description=__doc__.splitlines()[0])
+    ap = Parser(prog="trainperf", description=__doc__.splitlines()[0])
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="cmd")
     _add_run(sub)
@@ -134,13 +140,9 @@ def _load_run_recipe(args) -> tuple[Recipe, SubmittedLayout | None, dict | None]
 def cmd_run(args) -> int:
     recipe, named, spec = _load_run_recipe(args)
     seed = recipe.train.seed if args.seed is None else args.seed
-    if args.max_steps < 0:
-        raise UsageError("--max-steps must be >= 0")
     if args.dry_run:
         from trainperf.cli.dry_run import check_gpu, dry_run, world_for
 
-        if args.nproc < 0:
-            raise UsageError("--nproc must be >= 0")
         check_gpu(args.gpu)
         return dry_run(recipe, world_for(spec, named, args.nproc), args.gpu, named,
                        format_layout(spec) if spec else None, seed, as_json=args.json)
@@ -154,13 +156,17 @@ def cmd_run(args) -> int:
         ParallelDims.for_recipe(recipe, max(1, args.nproc))
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
+        atomic.check_out(out, "seeds")
         return run_seeds_and_score(recipe, args, out, seed)
-    if args.nproc < 0 or args.max_restarts < 0:
-        raise UsageError("--nproc and --max-restarts must be >= 0")
-    if args.out is None and args.resume is not None:
+    in_place = False
+    if args.resume is not None:
         from trainperf.train.checkpoint import run_dir_of
 
-        out = run_dir_of(args.resume)  # a resumed run keeps writing into its own directory
+        in_place = args.out is None or args.out.resolve() == run_dir_of(args.resume).resolve()
+        out = run_dir_of(args.resume) if args.out is None else out  # a resumed run keeps writing into its own directory
+    if not launch.under_torchrun() and not in_place:
+        atomic.check_out(out, "run")  # under torchrun the launcher (or the job script's owner) checked it
+    args.run_out = out  # for the line an interrupted run prints
     if launch.should_launch(args.nproc, args.max_restarts):
         return _launch(recipe, args, out)
     if launch.under_torchrun() and args.out is None and args.resume is None:
@@ -273,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handlers = {"run": cmd_run, "data": cmd_data, "rules": cmd_rules, "recipes": cmd_recipes}
     handler = getattr(args, "handler", None) or handlers[args.cmd]
+    previous = _on_sigterm()
     try:
         return handler(args)
     except TrainperfError as e:
@@ -280,9 +287,70 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("trainperf: interrupted", file=sys.stderr)
-        return 130
+    except OSError as e:
+        # the one place an OS refusal on a user's path (disk full, permission, not a folder, read-only)
+        # becomes one line; an OSError without a file name is not about the user's files: a bug
+        # (a write on an open file carries no name: a full disk there is blamed on the output folder)
+        where = e.filename if e.filename is not None else _output_of(args) if e.errno in _FULL else None
+        if args.debug or where is None:
+            raise
+        print(f"trainperf: error: {describe_os_error(e, path=where)}", file=sys.stderr)
+        return EXIT_FAIL
+    except (KeyboardInterrupt, Terminated) as e:
+        return _interrupted(args, isinstance(e, Terminated))
+    except Exception:
+        # a worker whose peer was terminated first sees its collective fail: still a termination
+        if _sigterm_seen and not args.debug:
+            return _interrupted(args, True)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+
+
+def _output_of(args) -> Path | None:
+    return getattr(args, "run_out", None) or getattr(args, "out", None)
+
+
+_sigterm_seen = False
+
+
+def _interrupted(args, term: bool) -> int:
+    print(f"trainperf: {'terminated (SIGTERM)' if term else 'interrupted (Ctrl-C)'}{_resume_hint(args)}",
+          file=sys.stderr)
+    return EXIT_SIGTERM if term else EXIT_SIGINT
+
+
+def _raise_terminated(signum, frame) -> None:
+    global _sigterm_seen
+    _sigterm_seen = True
+    raise Terminated()
+
+
+def _on_sigterm():
+    """SIGTERM (Slurm, Kubernetes, torchrun stopping its workers) raises `Terminated` where the
+    program is, as Ctrl-C raises KeyboardInterrupt: the run logs its stop, files being written are
+    dropped (atomic writes), committed checkpoints stay. The previous handler, to put back; None
+    where signals cannot be set (not the main thread)."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:
+        return None
+
+
+def _resume_hint(args) -> str:
+    out = getattr(args, "run_out", None)
+    if out is None or args.cmd != "run":
+        return ""
+    from trainperf.train.checkpoint import committed
+
+    ckpts = committed(out / "checkpoints")
+    if not ckpts:
+        return ""
+    return f"; the last complete checkpoint is {ckpts[-1]}: continue with `trainperf run ... --resume {out}`"
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trainperf import atomic
+from trainperf.cli.args import non_negative_int, positive_int
 from trainperf.errors import UsageError
 
 
@@ -13,8 +15,10 @@ def cmd_report(args) -> int:
 
     if not args.run_dirs and not args.plan:
         raise UsageError("report: give at least one run directory (or a --plan JSON)")
+    atomic.check_out(args.out, "report")
     rep = build_report(args.run_dirs, args.out, plans=args.plan, check=not args.no_check,
                        force=args.force, published=args.published, benchmarks=args.benchmark)
+    atomic.mark_out(args.out, "report")
     for run, v in zip(rep.runs, rep.verdicts):
         print(f"{run}: compliance {v.status} ({v.detail})")
     for sc in rep.scores:
@@ -27,6 +31,7 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     from trainperf.report.export import export_hf
 
+    atomic.check_out(args.out, "export")
     out = export_hf(args.run_dir, args.out)
     print(f"wrote {out}/ (config.json, model.safetensors, tokenizer.json, tokenizer_config.json); load it with "
           f"transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
@@ -34,10 +39,10 @@ def cmd_export(args) -> int:
 
 
 def cmd_sample(args) -> int:
+    from trainperf.parallel.launch import check_devices
     from trainperf.report.sample import sample
 
-    if args.max_new_tokens < 1 or args.num_samples < 1:
-        raise UsageError("--max-new-tokens and --num-samples must be >= 1")
+    check_devices(1, args.device)  # --device cuda without CUDA: one line, before the model is read
     if args.temperature < 0:
         raise UsageError("--temperature must be >= 0 (0: always the most likely token)")
     texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
@@ -75,10 +80,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("sample", parents=[common], help="generate text from a trained run's model")
     s.add_argument("run_dir", type=Path, metavar="RUNDIR")
     s.add_argument("--prompt", default="def ", help='text to continue (default "def ")')
-    s.add_argument("--max-new-tokens", type=int, default=200)
-    s.add_argument("--num-samples", type=int, default=1)
+    s.add_argument("--max-new-tokens", type=positive_int, default=200)
+    s.add_argument("--num-samples", type=positive_int, default=1)
     s.add_argument("--temperature", type=float, default=0.8)
-    s.add_argument("--top-k", type=int, default=50)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--device", default="cpu", help="cpu or cuda")
+    s.add_argument("--top-k", type=non_negative_int, default=50, help="sample among the K likeliest tokens (0: all)")
+    s.add_argument("--seed", type=non_negative_int, default=0)
+    s.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     s.set_defaults(handler=cmd_sample)

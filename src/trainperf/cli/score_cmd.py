@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from trainperf.cli.args import file_name
 from trainperf.errors import UsageError
 
 
@@ -25,7 +26,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     q = sub.add_parser("package", parents=[common],
                        help="lay results out as an MLPerf submission and run the package checker")
     q.add_argument("dirs", nargs="+", type=Path, metavar="RUNDIR")
-    q.add_argument("--system", required=True, help="system name (systems/<name>.json)")
+    q.add_argument("--system", required=True, type=file_name, help="system name (systems/<name>.json)")
     q.add_argument("--out", required=True, type=Path, help="submission folder to create (must not exist)")
     q.add_argument("--submitter", default="", help="organization (default: $TRAINPERF_ORG)")
     q.add_argument("--status", default="Research, Development, or Internal (RDI)",
@@ -88,8 +89,10 @@ def cmd_score(args) -> int:
 
 
 def cmd_package(args) -> int:
+    from trainperf import atomic
     from trainperf.mlperf.package import package
 
+    atomic.check_out(args.out, "package")
     res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
     if args.json:
         print(json.dumps({"out": str(res.out), "files": [str(f) for f in res.files], "to_fill": res.to_fill,
@@ -141,8 +144,6 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
     from trainperf.train.benchmark import run_seeds
     from trainperf.train.trainer import RunOptions
 
-    if args.seeds < 1:
-        raise UsageError("--seeds must be >= 1")
     if getattr(args, "nproc", 0) > 1 or getattr(args, "resume", None) is not None:
         raise UsageError("--seeds runs in this process; it does not combine with --nproc or --resume")
     if out.exists() and any(out.iterdir()):

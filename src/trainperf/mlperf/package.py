@@ -24,6 +24,7 @@ from pathlib import Path
 import trainperf
 from trainperf import atomic
 from trainperf.mlperf.benchmarks import OFFICIAL
+from trainperf.errors import UsageError
 from trainperf.mlperf.score import RunLog, ScoreError, find_results, read_log
 
 # The fields `system_desc_checker` requires (mlperf-logging 4.1.68), in its order.
@@ -106,10 +107,11 @@ def system_description(name: str, submitter: str, status: str, runs: list[RunLog
 def package(dirs: list[Path], system: str, out: Path, submitter: str = "", status: str = STATUSES[2],
             run_checker: bool = True) -> PackageResult:
     """Copy the logs into a new submission tree at `out` (which must not exist) and check it."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", system):
-        raise ScoreError(f"--system {system!r}: use letters, digits, '_', '-', '.' (it becomes a file name)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", system):
+        raise UsageError(f"--system {system!r}: a name, not a path: letters, digits, '_', '-', '.', starting with "
+                         "a letter or digit (it becomes a file name)")
     if status not in STATUSES:
-        raise ScoreError(f"--status {status!r}: one of {', '.join(STATUSES)}")
+        raise UsageError(f"--status {status!r}: one of {', '.join(STATUSES)}")
     if out.exists():
         raise ScoreError(f"{out}: exists; a submission tree is never written over")
     runs = [read_log(p) for p in find_results(dirs)]

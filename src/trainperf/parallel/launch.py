@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from trainperf.errors import ConfigError
@@ -74,8 +76,50 @@ def torchrun_env() -> dict[str, str]:
 
 
 def run_torchrun(nproc: int, max_restarts: int, argv: list[str]) -> int:
-    """Run the workers to the end; torchrun's exit code (0 when every worker finished)."""
-    return subprocess.call(torchrun_command(nproc, max_restarts, argv), env=torchrun_env())
+    """Run the workers to the end; torchrun's exit code (0 when every worker finished).
+
+    When this process is stopped (Ctrl-C, or SIGTERM raised as `Terminated` by the CLI), torchrun gets
+    the same signal from it, stops its workers the same way (each logs its stop and keeps its committed
+    checkpoints) and is waited for; its own report of the signal (a traceback) is not shown, since
+    this process says in one line what happened."""
+    # its own session: a terminal's Ctrl-C reaches this process alone, which passes it on once (two
+    # signals would cut short torchrun's own stopping of its workers)
+    proc = subprocess.Popen(torchrun_command(nproc, max_restarts, argv), env=torchrun_env(), stderr=subprocess.PIPE,
+                            start_new_session=True)
+    stopping = threading.Event()
+    copier = threading.Thread(target=_copy_stderr, args=(proc.stderr, stopping), daemon=True)
+    copier.start()
+    try:
+        rc = proc.wait()
+    except BaseException as e:
+        stopping.set()
+        proc.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # torchrun's own grace period is 30 s; it has had longer
+            proc.wait()
+        raise
+    finally:
+        copier.join(timeout=5)
+    return rc
+
+
+_STOP_TIMEOUT_S = 60
+
+
+def _copy_stderr(stream, stopping: threading.Event) -> None:
+    """torchrun's and the workers' stderr to ours, line by line, until this process is being stopped."""
+    out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+    for line in iter(stream.readline, b""):
+        if stopping.is_set():
+            continue  # keep reading, so no writer blocks on a full pipe
+        if out is not None:
+            out.write(line)
+            out.flush()
+        else:
+            sys.stderr.write(line.decode(errors="replace"))
+    stream.close()
 
 
 def finished_status(out: Path, since: float = 0.0) -> str | None:

@@ -20,6 +20,7 @@ DCP's `.metadata` is a pickle: load checkpoints you (or your cluster) wrote, not
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from trainperf import atomic
 from trainperf.config import Recipe
 from trainperf.mlperf.score import read_log
-from trainperf.errors import CheckpointError, ScoreError
+from trainperf.errors import CheckpointError, ScoreError, file_error
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 
@@ -44,6 +45,7 @@ FORMAT = 1
 _SAME_TRAIN = ("seed", "global_batch_size", "lr", "end_lr", "warmup_steps", "decay_steps", "weight_decay",
                "beta1", "beta2", "eps", "grad_clip", "precision", "optimizer")
 _ATTEMPT_FILES = ("metrics.jsonl", "summary.json")
+_NEARLY_FULL = 1 << 20  # bytes left on a disk that a failed checkpoint write is blamed on
 
 
 def _step_of(path: Path) -> int:
@@ -101,6 +103,18 @@ def run_dir_of(path: Path) -> Path:
     if path.name == "checkpoints":
         path = path.parent
     return path
+
+
+def _as_resolved(now: dict, saved: dict) -> dict:
+    """The recipe as it will be once the run has resolved what it leaves open until the data and the
+    machine are known (precision "auto", vocab_size 0), taking the checkpoint's values for those, so
+    that a resume can be compared before anything is opened; `load` compares again after."""
+    now = {k: dict(v) if isinstance(v, dict) else v for k, v in now.items()}
+    if now.get("train", {}).get("precision") == "auto" and "precision" in saved.get("train", {}):
+        now["train"]["precision"] = saved["train"]["precision"]
+    if now.get("model", {}).get("vocab_size") == 0 and "vocab_size" in saved.get("model", {}):
+        now["model"]["vocab_size"] = saved["model"]["vocab_size"]
+    return now
 
 
 def _compare(saved: dict, now: dict, seed: int, saved_seed: int) -> list[str]:
@@ -171,6 +185,12 @@ class Checkpointer:
                 raise CheckpointError(f"{self.source}: {newer[-1].name} is newer in the same run; resuming from an "
                                       f"older step would overwrite it (use --out NEW to branch off)")
         self.resume_step = int(self.meta["step"]) if self.meta else 0
+        if self.meta is not None:
+            # refused here, before the run puts the previous attempt's files aside (validate, then act)
+            diffs = _compare(self.meta.get("recipe", {}), _as_resolved(r.to_dict(), self.meta.get("recipe", {})),
+                             seed, self.meta.get("seed", -1))
+            if diffs:
+                raise CheckpointError(f"{self.source}: checkpoint of another model or recipe: " + "; ".join(diffs[:3]))
         if resume is not None and (out / "summary.json").exists():
             try:
                 status = json.loads((out / "summary.json").read_text()).get("status")
@@ -178,6 +198,19 @@ class Checkpointer:
                 status = None
             if status == "success":
                 raise CheckpointError(f"{out}: this run already reached its target; nothing to resume")
+
+    def check_budget(self, max_steps: int) -> None:
+        """Refuse a `--resume` that would train nothing: its checkpoint is already at or past the step
+        budget (`--max-steps`, or the recipe's), so the run would only rewrite its result."""
+        if self.meta is not None and self.env.restart_count == 0 and self.resume_step >= max_steps:
+            raise CheckpointError(f"{self.source}: the checkpoint is at step {self.resume_step}, and this run stops at "
+                                  f"step {max_steps} (--max-steps or train.max_steps); give a larger --max-steps "
+                                  "to continue it")
+
+    @property
+    def sets_aside(self) -> bool:
+        """Whether this run continues an earlier attempt in its folder (`set_aside_previous_attempt`)."""
+        return self.source is not None or self.env.restart_count > 0
 
     # ---- before the run: put an earlier attempt's files aside (rank 0)
 
@@ -273,6 +306,7 @@ class Checkpointer:
 
     def save(self, step: int) -> Path:
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         t0 = time.perf_counter()
         env = self.env
@@ -285,14 +319,36 @@ class Checkpointer:
             for stale in self.dir.glob(".step_*.tmp"):
                 shutil.rmtree(stale, ignore_errors=True)  # left by saves that crashed; never read
         env.barrier()
-        dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
+        try:
+            dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
+            if env.is_main:
+                self._commit(tmp, final, step)
+        except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
+            raise self._save_failed(e, tmp, final) from e
         if env.is_main:
-            self._commit(tmp, final, step)
             self._prune()
         env.barrier()
         self.saved_step = step
         self.seconds += time.perf_counter() - t0
         return final
+
+    def _save_failed(self, e: BaseException, tmp: Path, final: Path) -> Exception:
+        """A one-line error for a checkpoint that could not be written. torch's writer reports a full
+        disk as a RuntimeError ("unexpected pos ...") without the OSError behind it, so a failure
+        while the disk has (almost) no room left is named for what it is. The half-written hidden
+        folder is removed (it is never read, and on a full disk it holds the space)."""
+        inner = _inner_error(e)
+        try:
+            free = shutil.disk_usage(tmp if tmp.exists() else self.dir).free
+        except OSError:
+            free = None
+        if self.env.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(inner, OSError):
+            return file_error(inner, "saving the checkpoint", final)
+        if free is not None and free < _NEARLY_FULL:
+            return file_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "saving the checkpoint", final)
+        return CheckpointError(f"{final}: the checkpoint could not be written ({_first_error(e)})")
 
     def _commit(self, tmp: Path, final: Path, step: int) -> None:
         meta = {"format": FORMAT, "step": step, "samples": step * self.r.train.global_batch_size,
@@ -327,14 +383,21 @@ class Checkpointer:
                 "checkpoints": [p.name for p in committed(self.dir)] if self.env.is_main else []}
 
 
-def _first_error(e: BaseException) -> str:
-    """One line from a DCP failure (which wraps each rank's exception and traceback)."""
+def _inner_error(e: BaseException) -> BaseException:
+    """The first rank's own exception inside a DCP failure (which wraps each rank's exception and
+    traceback), or `e` itself."""
     failures = getattr(e, "failures", None)
     if isinstance(failures, dict) and failures:
         inner = next(iter(failures.values()))
         inner = inner[0] if isinstance(inner, tuple) else inner
         if isinstance(inner, BaseException):
-            e = inner
+            return inner
+    return e
+
+
+def _first_error(e: BaseException) -> str:
+    """One line from a DCP failure."""
+    e = _inner_error(e)
     text = str(e).strip()
     line = text.splitlines()[0][:160] if text else ""
     return f"{type(e).__name__}: {line}" if line else type(e).__name__

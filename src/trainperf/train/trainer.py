@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from trainperf import atomic
 from trainperf.config import Recipe
 from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
 from trainperf.data.samples import IGNORE
@@ -54,11 +55,14 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
     done = finished_before_restart(opts.out, env)
     if done is not None:
         return done
-    ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks and verifies what to resume from
+    # every check that can refuse the run comes before its first change on disk
+    ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks, verifies and compares what to resume from
+    ckpt.check_budget(opts.max_steps or r.total_steps)
     if env.is_main:
+        if not ckpt.sets_aside:
+            _check_out(opts.out, opts.seed)
         ckpt.set_aside_previous_attempt()
-        _check_out(opts.out, opts.seed)
-        opts.out.mkdir(parents=True, exist_ok=True)
+        atomic.mark_out(opts.out, "run")
     env.barrier()
     log = MLPerfLog(opts.out / f"result_{opts.seed}.txt", enabled=env.is_main)
     try:
