@@ -1,11 +1,11 @@
 """How one rank's share of the model runs a step: in place (one module, micro-batches with the
 gradient-sync switch) or as pipeline stages (torch.distributed.pipelining's schedule). The trainer
-calls the same four methods on either, so it never branches on the layout."""
+calls the same four methods on either, so it never branches on the layout. The final weights are
+written from the parts themselves, each rank its own shards (`train.save.save_final`)."""
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from trainperf.config import Recipe
@@ -60,10 +60,6 @@ class LocalEngine:
     def clip_grad_norm(self, max_norm: float) -> None:
         torch.nn.utils.clip_grad_norm_(self.parts[0].parameters(), max_norm)
 
-    def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor]:
-        """The whole model's tensors on the main rank (every rank takes part in the gathers)."""
-        return _gathered(self.parts[0])
-
 
 class PipelineEngine:
     """This rank's pipeline stages (each possibly FSDP/TP-sharded) and their schedule."""
@@ -96,31 +92,6 @@ class PipelineEngine:
 
     def clip_grad_norm(self, max_norm: float) -> None:
         self.pipe.clip_grad_norm(max_norm)
-
-    def full_state_dict(self, is_main: bool) -> dict[str, torch.Tensor]:
-        """Every stage's tensors, gathered to the main rank over the pipeline group of its column."""
-        sd: dict[str, torch.Tensor] = {}
-        for part in self.parts:  # every rank keeps the gathered tensors: a stage's holder may not be rank 0
-            sd.update({k: v.cpu() for k, v in _gathered(part, cpu_offload=False).items()})
-        per = self.dims.world_size // self.dims.pp
-        if self.dims.rank % per != 0:
-            return {}  # another column of the mesh: rank 0's column carries the whole model
-        got: list = [None] * self.dims.pp if is_main else None
-        # the ranks of one training job, unpickled only by it: this is not a file from elsewhere
-        dist.gather_object(sd, got, dst=0, group=self.dims.pp_group)  # rank 0's column's pipeline group
-        if not is_main:
-            return {}
-        out: dict[str, torch.Tensor] = {}
-        for d in got:
-            out.update(d)
-        return out
-
-
-def _gathered(model: nn.Module, cpu_offload: bool = True) -> dict[str, torch.Tensor]:
-    """The whole tensors of a (sharded) module; with cpu_offload only rank 0 keeps them."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(unwrap(model), options=StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload))
 
 
 def device_memory(device: torch.device) -> float:

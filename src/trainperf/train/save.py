@@ -1,48 +1,165 @@
-"""Final weights of a run: `model.safetensors` + `config.json` (+ the tokenizer), written atomically."""
+"""Final weights of a run: `model.safetensors` + `config.json` (+ the tokenizer, + `adapters.safetensors`
+for LoRA), written atomically, without any rank ever holding the whole model.
+
+Every rank writes the shards it holds (its FSDP/TP shards, its pipeline stages) with
+`torch.distributed.checkpoint` into a hidden folder of the run; rank 0 then converts that folder into
+one safetensors file, one tensor at a time: each whole tensor is read from the shard files, merged
+(LoRA), written and dropped before the next is read. The largest thing any process holds is one
+whole tensor (the embedding), never the model; a gather of every stage through rank 0 ran out of
+memory at real sizes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
+import struct
+import warnings
 from pathlib import Path
+from typing import Iterator
 
 import torch
-from safetensors.torch import save_file
 
 from trainperf import atomic
 from trainperf.config import ModelConfig, Recipe
 from trainperf.model.transformer import merge_lora
+from trainperf.model.weights import save_adapters
 from trainperf.parallel.apply import unwrap
 from trainperf.parallel.env import DistEnv
 
+SHARDS = ".final_shards"  # the run's hidden folder of per-rank shards, removed once converted
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole, unsharded state dict on the CPU (gathers FSDP / DTensor shards on every rank)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    sd = get_model_state_dict(unwrap(model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return sd
+# torch dtype -> safetensors dtype name (the format's spec: huggingface.co/docs/safetensors)
+_ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+              torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
 
 
-def save_final(model: torch.nn.Module | dict, r: Recipe, out: Path, env: DistEnv, data) -> None:
-    """The final weights, from a model (gathered here; every rank calls) or its gathered state dict."""
-    sd = dict(model) if isinstance(model, dict) else full_state_dict(model)
-    if not env.is_main:
-        return
-    if r.model.lora_rank > 0:
-        sd = merge_lora(sd, r.model)  # from the gathered tensors: works for sharded models too
-    # safetensors refuses shared storage: the tied output head is stored once, as the embedding
-    if r.model.tie_embeddings:
-        sd.pop("output.weight", None)
-    sd = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
-    with atomic.atomic_path(out / "model.safetensors") as tmp:
-        save_file(sd, str(tmp), metadata={"format": "pt"})
-    atomic.write_json(out / "config.json", {"trainperf_model": dataclasses.asdict(r.model), "recipe": r.to_dict()})
-    tok = data.path / "tokenizer.json"
-    if tok.exists():
-        with atomic.atomic_path(out / "tokenizer.json") as tmp:
-            shutil.copyfile(tok, tmp)
+def save_final(parts: torch.nn.Module | list[torch.nn.Module], r: Recipe, out: Path, env: DistEnv, data) -> None:
+    """The final weights of this rank's model parts (every rank calls; each writes only its shards)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    parts = parts if isinstance(parts, list) else [parts]
+    shards = out / SHARDS
+    if env.is_main and shards.exists():
+        shutil.rmtree(shards)  # a crashed earlier save of this run: trainperf's own hidden folder
+    env.barrier()
+    sd: dict[str, torch.Tensor] = {}
+    for part in parts:
+        sd.update(get_model_state_dict(unwrap(part)))  # this rank's shards (DTensors) or whole tensors
+    # collective (its finish waits for every rank's files); one process has no group to wait for
+    with _single_process_is_meant():
+        dcp.save(sd, checkpoint_id=str(shards), no_dist=not (dist.is_available() and dist.is_initialized()))
+    del sd
+    if env.is_main:
+        write_safetensors(shards, r.model, out / "model.safetensors")
+        if r.model.lora_rank > 0:
+            save_adapters(dict(read_tensors(shards, lambda k: ".lora_" in k)), out / "adapters.safetensors")
+        shutil.rmtree(shards)
+        atomic.write_json(out / "config.json", {"trainperf_model": dataclasses.asdict(r.model), "recipe": r.to_dict()})
+        tok = data.path / "tokenizer.json"
+        if tok.exists():
+            with atomic.atomic_path(out / "tokenizer.json") as tmp:
+                shutil.copyfile(tok, tmp)
+    env.barrier()  # no rank leaves before the files exist (a caller may read them next)
+
+
+@contextlib.contextmanager
+def _single_process_is_meant():
+    """DCP warns whenever it runs without a process group; here that is the intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _tensor_meta(shards: Path) -> dict:
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    md = FileSystemReader(str(shards)).read_metadata()
+    return {k: m for k, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
+
+
+def _read_tensor(shards: Path, key: str, meta) -> torch.Tensor:
+    """One whole tensor, assembled by DCP from every rank's shard of it."""
+    import torch.distributed.checkpoint as dcp
+
+    t = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+    # no_dist: rank 0 reads alone while the others wait at the barrier
+    with _single_process_is_meant():
+        dcp.load({key: t}, checkpoint_id=str(shards), no_dist=True)
+    return t
+
+
+def read_tensors(shards: Path, want=lambda key: True) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, whole tensor) for the wanted keys, one at a time, in name order."""
+    meta = _tensor_meta(shards)
+    for key in sorted(meta):
+        if want(key):
+            yield key, _read_tensor(shards, key, meta[key])
+
+
+def _plan(meta: dict, cfg: ModelConfig) -> list[tuple[str, str, torch.dtype, tuple[int, ...]]]:
+    """(name in the file, name in the shards, dtype, shape) of every tensor of the final file: the
+    adapters merged into their base weights, and a tied output head stored once, as the embedding
+    (safetensors refuses shared storage)."""
+    out = []
+    for key in sorted(meta):
+        if ".lora_" in key or (cfg.tie_embeddings and key == "output.weight"):
+            continue
+        name = key.replace(".base.", ".", 1) if ".base." in key else key
+        out.append((name, key, meta[key].properties.dtype, tuple(meta[key].size)))
+    return out
+
+
+def final_tensors(shards: Path, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+    """The final file's tensors, one whole tensor at a time (a LoRA base weight comes with its two
+    small adapters, merged by the model's own rule)."""
+    meta = _tensor_meta(shards)
+    for name, key, _, _ in _plan(meta, cfg):
+        t = _read_tensor(shards, key, meta[key])
+        if ".base." in key and key.endswith(".weight"):
+            prefix = key.rsplit(".base.", 1)[0]
+            one = {key: t, **{f"{prefix}.{a}": _read_tensor(shards, f"{prefix}.{a}", meta[f"{prefix}.{a}"])
+                              for a in ("lora_a", "lora_b")}}
+            t = merge_lora(one, cfg)[name]
+            del one
+        yield name, t
+        del t
+
+
+def write_safetensors(shards: Path, cfg: ModelConfig, path: Path) -> None:
+    """Stream the shards into one safetensors file: the header first (names, dtypes, shapes and
+    offsets are known from the shards' metadata), then each tensor's bytes as it is read."""
+    plan = _plan(_tensor_meta(shards), cfg)
+    header: dict = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, _, dtype, shape in plan:
+        if dtype not in _ST_DTYPES:
+            raise TypeError(f"{name}: dtype {dtype} has no safetensors name")
+        n = dtype.itemsize
+        for s in shape:
+            n *= s
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
+    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        # no zip() or enumerate(): they keep their last tuple, and the tensor in it, while the next is read
+        i = 0
+        for name, t in final_tensors(shards, cfg):
+            want, _, dtype, shape = plan[i]
+            i += 1
+            if name != want or t.dtype != dtype or tuple(t.shape) != shape:
+                raise RuntimeError(f"{shards}: '{name}' is not the tensor its header announced ({want})")
+            f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+            del t
 
 
 def load_model_config(run_dir: Path) -> ModelConfig:

@@ -29,7 +29,7 @@ from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.mlperf.logger import C, MLPerfLog, render_rules
 from trainperf.model.flops import flops_per_token
 from trainperf.model.transformer import Transformer
-from trainperf.model.weights import load_base_weights, save_adapters
+from trainperf.model.weights import load_base_weights
 from trainperf.parallel.apply import parallelize, unwrap
 from trainperf.parallel.context import shard_sequence
 from trainperf.parallel.pipeline import split_stage, stage_ids
@@ -378,10 +378,7 @@ class Trainer:
         summary.checkpoints = self.ckpt.summary_fields()["checkpoints"]
         summary.time_breakdown_s["checkpoint"] = round(self.ckpt.seconds, 3)
         t0 = time.perf_counter()
-        sd = self.engine.full_state_dict(self.env.is_main)
-        save_final(sd, self.r, self.opts.out, self.env, self.data)
-        if self.r.model.lora_rank > 0 and self.env.is_main:
-            save_adapters(sd, self.opts.out / "adapters.safetensors")
+        save_final(self.parts, self.r, self.opts.out, self.env, self.data)  # each rank writes its own shards
         summary.time_breakdown_s["save"] = round(time.perf_counter() - t0, 3)
         if self.env.is_main:
             if self.r.benchmark.rules == self.r.benchmark.name:
