@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from trainperf.errors import ConfigError
 from trainperf.parallel.context import apply_cp
-from trainperf.parallel.dims import ParallelDims
+from trainperf.parallel.dims import ParallelDims, unsharded_grads_fit
 
 
 def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, precision: str = "fp32",
@@ -60,10 +60,6 @@ ACCUM_REDUCE_EACH = "reduce-scatter every micro-batch"
 ACCUM_UNSHARDED = "unsharded until the last micro-batch"
 ACCUM_NO_SYNC = "all-reduce after the last micro-batch"  # DDP: its gradients are whole anyway
 ACCUM_LOCAL = "local"  # nothing to reduce: one process, or one micro-batch per step
-# FSDP2 may keep a rank's whole gradients (fp32) between micro-batches when they take at most this
-# share of the device; beyond it, reduce-scattering each micro-batch (as torchtitan does) costs
-# accum - 1 extra reduce-scatters and keeps only the shards
-UNSHARDED_GRAD_SHARE = 0.125
 
 
 def unsharded_grad_bytes(model: nn.Module, tp: int) -> int:
@@ -74,7 +70,7 @@ def unsharded_grad_bytes(model: nn.Module, tp: int) -> int:
 
 def accumulation_mode(model: nn.Module, tp: int, accum: int, device_bytes: float) -> str:
     """How this rank accumulates gradients over `accum` micro-batches: FSDP2 keeps them unsharded
-    only where they fit in UNSHARDED_GRAD_SHARE of the device's `device_bytes`."""
+    only where they fit (`parallel.dims.unsharded_grads_fit`) in the device's `device_bytes`."""
     from torch.distributed.fsdp import FSDPModule
 
     if accum == 1:
@@ -83,7 +79,7 @@ def accumulation_mode(model: nn.Module, tp: int, accum: int, device_bytes: float
         return ACCUM_NO_SYNC
     if not isinstance(model, FSDPModule):
         return ACCUM_LOCAL
-    if unsharded_grad_bytes(model, tp) <= UNSHARDED_GRAD_SHARE * device_bytes:
+    if unsharded_grads_fit(unsharded_grad_bytes(model, tp), device_bytes):
         return ACCUM_UNSHARDED
     return ACCUM_REDUCE_EACH
 

@@ -22,6 +22,22 @@ CP_ALLGATHER, CP_RING = "allgather_kv", "ring"
 MULTI_STAGE_SCHEDULES = {"interleaved_1f1b", "zero_bubble"}  # pipeline schedules with several stages per rank
 
 
+# FSDP2 may keep a rank's whole gradients (fp32) between micro-batches when they take at most this
+# share of the device; beyond it, reduce-scattering each micro-batch (as torchtitan does) costs
+# accum - 1 extra reduce-scatters and keeps only the shards
+UNSHARDED_GRAD_SHARE = 0.125
+
+
+def unsharded_grads_fit(grad_bytes: float, device_bytes: float) -> bool:
+    return grad_bytes <= UNSHARDED_GRAD_SHARE * device_bytes
+
+
+def fsdp_applies(dp_replicate: int, dp_shard: int, tp: int, pp: int, cp: int) -> bool:
+    """Whether the trainer shards parameters with FSDP2 (see `ParallelDims.fsdp`)."""
+    dp = dp_replicate * dp_shard
+    return dp_shard > 1 or cp > 1 or (dp > 1 and (tp > 1 or pp > 1))
+
+
 def stage_layers(n_layer: int, n_stages: int) -> list[range]:
     """The layers of each pipeline stage: as even as the count allows, and where it does not, the
     first and the last stage (which also hold the embedding and the head) get one layer fewer."""
@@ -169,7 +185,7 @@ class ParallelDims:
         pipeline too: DDP's reducer cannot follow the schedule's backward per micro-batch (measured on
         torch 2.13: its first-iteration bucket rebuild counts each parameter once per micro-batch and
         stops the second step), while FSDP2 is told which backward is the last."""
-        return self.dp_shard > 1 or self.cp > 1 or (self.dp > 1 and (self.tp > 1 or self.pp > 1))
+        return fsdp_applies(self.dp_replicate, self.dp_shard, self.tp, self.pp, self.cp)
 
     @property
     def grad_ranks(self) -> int:

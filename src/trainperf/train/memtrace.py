@@ -13,9 +13,10 @@ refuses a module's second forward in one iteration, which both do.
 What is counted: parameters, buffers, gradients, optimizer state, activations kept for backward,
 FSDP2's all-gathered parameters and reduce-scatter buffers, the logits and the loss, temporaries.
 What is not: the CUDA context and cuBLAS/NCCL workspaces, NCCL's own buffers, allocator
-fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs the
-CPU's kernels, one stream; attention goes through SDPA's fused kernel on either device, which keeps
-its output and log-sum-exp as CUDA's flash kernel does).
+fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs on one stream). The
+trace runs the CPU's kernels except where their saved tensors differ from CUDA's: RMSNorm is traced
+as CUDA's fused kernel (`cuda_kernels`); attention goes through SDPA's fused kernel on either
+device, which keeps its output and log-sum-exp as CUDA's flash kernel does.
 
 Fake tensors allocate nothing, so a 405B stage traces in seconds on a laptop, for any world size.
 """
@@ -211,6 +212,41 @@ def real_meshes():
                 setattr(DeviceMesh, name, saved[name])
 
 
+class _FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm as CUDA runs it (torch's fused `_fused_rms_norm` kernel): the output in the input's
+    dtype, the input and the fp32 reciprocal RMS per row saved for backward. The CPU's composite
+    version would save fp32 copies of the input and the normalised input instead, which a GPU run
+    does not hold. Shapes only: the trace computes nothing."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float32, device=x.device)
+        ctx.save_for_backward(x, rstd, weight)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, _, weight = ctx.saved_tensors
+        return torch.empty_like(x), None if weight is None else torch.empty_like(weight)
+
+
+@contextlib.contextmanager
+def cuda_kernels():
+    """The kernels whose saved tensors differ between the CPU and CUDA, swapped for CUDA's shapes."""
+    import torch.nn.functional as F
+
+    orig = F.rms_norm
+
+    def rms_norm(x, shape, weight=None, eps=None):
+        return _FusedRMSNorm.apply(x, weight)
+
+    F.rms_norm = rms_norm
+    try:
+        yield
+    finally:
+        F.rms_norm = orig
+
+
 def trace_recipe(r: Recipe) -> Recipe:
     """The recipe as the trace runs it: "auto" precision is a GPU's answer (bf16), no weights to read."""
     import copy
@@ -239,7 +275,7 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
         dims = ParallelDims.from_config(r.parallel, world, rank)
         g = dims.batch(r.train)
         dims.build_mesh(device.type)  # outside the fake mode: the mesh's rank tables are real
-        with real_meshes(), FakeTensorMode(allow_non_fake_inputs=True):
+        with real_meshes(), cuda_kernels(), FakeTensorMode(allow_non_fake_inputs=True):
             parts, _ = build_parts(r, dims, device, seed)
             engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes)
             opt = Optimizers(parts, r, device)
@@ -250,6 +286,16 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
             static = live.now
             x = torch.randint(0, r.model.vocab_size, (g.per_rank, r.model.seq_len))
             x = shard_sequence(x, dims)
+            # the optimizer's state as every step after the first holds it: AdamW makes its moments
+            # at its first step (on zero gradients here, outside the trace)
+            for part in parts:
+                for p in part.parameters():
+                    if p.requires_grad:
+                        p.grad = torch.zeros_like(p)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            for st in opt_states(opt):
+                live.add(st)
             with live.tracking():
                 live.phase = "forward/backward"
                 if dims.pp > 1:
@@ -274,6 +320,11 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
     st = StageTrace(dims.coords()["pp"], rank, live.peak, live.peak_at, static, resident,
                     round(time.perf_counter() - t0, 2))
     return st, mode
+
+
+def opt_states(opt) -> list[torch.Tensor]:
+    return [t for part in opt.opts for o in part for state in o.state.values() for t in state.values()
+            if isinstance(t, torch.Tensor)]
 
 
 def _hidden(r: Recipe, dims: ParallelDims, micro: int) -> torch.Tensor:

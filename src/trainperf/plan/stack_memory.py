@@ -1,0 +1,166 @@
+"""Memory per GPU of trainperf's own PyTorch-native trainer (`plan --stack pytorch`, the dry run).
+
+The trainer keeps fp32 parameters and shards them with FSDP2 over the data-parallel shard group
+(dp_shard x cp; HSDP replicates over dp_replicate), splits the blocks' matrices with DTensor tensor
+parallelism (sequence-parallel norms), cuts the layers into pipeline stages run by
+torch.distributed.pipelining, and adds LoRA adapters on a frozen base. `stack_memory` prices the
+busiest rank (the first pipeline stage for activations, the last for the head; a stage holding
+both when pp = 1), term by term, for `P` parameters and `T` trainable ones on one rank's stage after
+tensor parallelism, `F` = the FSDP shard count (1 without FSDP), `w` = bytes of a computed-with
+parameter (2 under bf16 mixed precision, else 4):
+
+  weights      4·P/F: the fp32 sharded parameters (frozen LoRA base included: the trainer builds it
+               in fp32 like the rest)
+  grads        4·T/F: the fp32 sharded gradients the optimizer reads
+  optimizer    8·T/F: AdamW's two fp32 moments (Muon: 4 bytes of momentum on the blocks' matrices)
+  accumulation 4·T: gradients kept whole (fp32) between micro-batches: where FSDP2's gradient sync
+               is off (`parallel.dims.unsharded_grads_fit`, or always under a pipeline, whose
+               schedule also keeps the stage's parameters gathered through backward: + w·P)
+  gathered     w·(2 blocks + the root's embedding, final norm and head): FSDP2's all-gathered
+               parameters, the root's for the whole step, a block's while it runs and the last one's
+               from its forward to its backward (none without FSDP: the parameters are in `weights`)
+  activations  `plan.memory.activation_bytes_per_layer` (16-bit; x2 in fp32) x the stage's layers x
+               the micro-batches its schedule keeps in flight (`in_flight`)
+  logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
+               every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
+               log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
+               per token and vocabulary entry (its forward holds 10 in bf16: logits, their fp32
+               copy, the log-softmax)
+
+Not counted: the CUDA context, cuBLAS/NCCL workspaces and buffers, allocator fragmentation (the
+planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 weights here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainperf.config import ModelConfig
+from trainperf.plan.memory import activation_bytes_per_layer
+
+ADAM_BYTES = 8  # two fp32 moments per trainable parameter
+MUON_BYTES = 4  # one fp32 momentum buffer
+LOSS_BYTES = 12  # cross-entropy's backward: saved fp32 log-softmax, incoming and outgoing fp32 gradients
+
+
+@dataclass(frozen=True)
+class StackMemory:
+    weights: float
+    grads: float
+    optimizer: float
+    accumulation: float
+    gathered: float
+    activations: float
+    logits: float
+    accumulation_mode: str
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.accumulation + self.gathered
+                + self.activations + self.logits)
+
+    def as_gb(self) -> dict:
+        d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items() if isinstance(v, float)}
+        d["total"] = round(self.total / 1e9, 2)
+        return d
+
+
+def block_params(cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters, LoRA adapter parameters) of one block, as `model.transformer.Block` builds it."""
+    h, hd = cfg.d_model, cfg.head_dim
+    q, kv, f = cfg.n_head * hd, cfg.kv_heads * hd, cfg.ff_dim
+    b = 1 if cfg.bias else 0
+    shapes = {"wq": (h, q), "wk": (h, kv), "wv": (h, kv), "wo": (q, h), "w1": (h, f), "w2": (f, h)}
+    if cfg.gated:
+        shapes["w3"] = (h, f)
+    n = sum(i * o + b * o for i, o in shapes.values())
+    norm = h * (2 if cfg.family == "gpt" and cfg.bias else 1)
+    n += 2 * norm + (2 * hd if cfg.qk_norm else 0)
+    lora = sum(cfg.lora_rank * (i + o) for k, (i, o) in shapes.items() if k in cfg.lora_targets) if cfg.lora_rank else 0
+    return n + lora, lora
+
+
+def root_params(cfg: ModelConfig, first: bool, last: bool) -> int:
+    """Parameters outside the blocks on a stage: the embedding (and GPT's positions) on the first,
+    the final norm and the head on the last (the tied head is the embedding on one stage, its copy
+    on two)."""
+    h = cfg.d_model
+    n = 0
+    if first:
+        n += cfg.vocab_size * h + (cfg.seq_len * h if cfg.family == "gpt" else 0)
+    if last:
+        n += h * (2 if cfg.family == "gpt" and cfg.bias else 1)
+        if not (cfg.tie_embeddings and first):
+            n += cfg.vocab_size * h
+    return n
+
+
+def stage_layer_counts(n_layer: int, pp: int, vpp: int) -> list[int]:
+    """Layers on each pipeline rank (rank p holds virtual stages p, p + pp, ...), as the trainer's
+    `parallel.dims.stage_layers` splits them."""
+    from trainperf.parallel.dims import stage_layers
+
+    per_stage = [len(r) for r in stage_layers(n_layer, pp * vpp)]
+    return [sum(per_stage[s] for s in range(p, pp * vpp, pp)) for p in range(pp)]
+
+
+def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) -> float:
+    """Micro-batches (in whole-stage units) whose activations pipeline rank `rank` holds at once, as
+    torch.distributed.pipelining's schedules order them: GPipe all of them; 1F1B pp - rank (its
+    warm-up forwards); the interleaved schedules (vpp chunks of the stage each) their warm-up,
+    (vpp - 1)·pp + 2·(pp - 1 - rank) chunks, plus the one in its steady 1F1B step."""
+    if pp == 1:
+        return 1
+    if schedule == "gpipe":
+        return microbatches
+    if vpp == 1:
+        return min(pp - rank, microbatches)
+    rounds = max(1, microbatches // pp)
+    warmup = min((vpp - 1) * (microbatches // rounds) + 2 * (pp - 1 - rank), microbatches * vpp)
+    return min(warmup + 1, microbatches * vpp) / vpp
+
+
+def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
+                 dp_replicate: int = 1, mbs: int = 1, gbs: int = 1, schedule: str = "1f1b",
+                 recompute: str = "none", precision: str = "bf16", optimizer: str = "adamw",
+                 gpu_bytes: float | None = None) -> StackMemory:
+    """The busiest rank's memory (bytes, by term: see the module) for this layout, `dp` counting every
+    data-parallel rank (dp_shard = dp / dp_replicate), `gbs` sequences per step; `gpu_bytes` decides
+    whether whole gradients fit between micro-batches (None: they do)."""
+    from trainperf.parallel.dims import fsdp_applies, unsharded_grads_fit
+
+    dp_shard = dp // dp_replicate
+    fsdp = fsdp_applies(dp_replicate, dp_shard, tp, pp, cp)
+    F = dp_shard * cp if fsdp else 1
+    accum = max(1, gbs // dp // mbs)
+    w = 2 if precision == "bf16" else 4  # fp8 matmuls run inside bf16 autocast, on bf16 weights
+    blk, blk_lora = block_params(cfg)
+    layers = stage_layer_counts(cfg.n_layer, pp, vpp)
+    frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
+    act_layer = activation_bytes_per_layer(cfg, cfg.seq_len // cp, mbs, tp=tp, sp=True, recompute=recompute,
+                                           flash=True, dropout=False, frozen_mlp=frozen_mlp) * (w // 2)
+    best = None
+    for p in range(pp):
+        first, last = p == 0, p == pp - 1
+        root = root_params(cfg, first, last)
+        P = (layers[p] * blk + root) / tp
+        T = layers[p] * blk_lora / tp if cfg.lora_rank else P
+        opt = ADAM_BYTES * T
+        if optimizer == "muon" and not cfg.lora_rank:
+            matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
+            opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
+        if fsdp and accum > 1 and pp > 1:
+            mode, acc = "pipeline", 4 * T + w * P
+        elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
+            mode, acc = "unsharded", 4 * T
+        else:
+            mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
+        gathered = w * (2 * blk + root) / tp if F > 1 else 0.0
+        acts = act_layer * layers[p] * in_flight(schedule, pp, vpp, p, accum)
+        seq = cfg.seq_len // cp
+        logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
+        m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
+                        activations=acts, logits=logits, accumulation_mode=mode)
+        if best is None or m.total > best.total:
+            best = m
+    return best
