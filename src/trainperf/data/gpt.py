@@ -118,7 +118,7 @@ class GPTBatches:
         self.stream, self.seq_len, self.global_batch, self.seed = stream, seq_len, global_batch, seed
         self._epochs = {0: GPTSamples(stream, seq_len, seed, num_samples)}
 
-    def _sample(self, k: int) -> np.ndarray:
+    def sample(self, k: int) -> np.ndarray:
         n = len(self._epochs[0])
         ep, k = divmod(k, n)
         if ep not in self._epochs:
@@ -134,7 +134,7 @@ class GPTBatches:
     def get(self, step: int, rank: int = 0, world: int = 1, pin: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         per = self.global_batch // world
         first = step * self.global_batch + rank * per
-        window = torch.from_numpy(np.stack([self._sample(first + i) for i in range(per)]).astype(np.int64))
+        window = torch.from_numpy(np.stack([self.sample(first + i) for i in range(per)]).astype(np.int64))
         if pin:
             window = window.pin_memory()
         return window[:, :-1], window[:, 1:]

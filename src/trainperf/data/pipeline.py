@@ -146,7 +146,7 @@ def train_batches(data, seq_len: int, global_batch: int, seed: int, num_samples:
     if data.blend:
         from trainperf.data.blend import BlendBatches
 
-        return BlendBatches(data.blend, seq_len, global_batch, seed, num_samples)
+        return BlendBatches(data.blend, seq_len, global_batch, seed)
     if getattr(data, "sampler", "random") == "gpt":
         return GPTBatches(data.train, seq_len, global_batch, seed, num_samples)
     return TrainBatches(data.train, seq_len, global_batch, seed)

@@ -20,7 +20,7 @@ import json
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterator
@@ -251,16 +251,20 @@ def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 
     out = Path(out)
     inputs = list_inputs(corpus, val)
     tok_key = tokenizer_key(tokenizer, vocab)
+    # what the pieces share; each piece's own key adds its file's size and time, so a changed
+    # file remakes its piece only
     settings = {"format": FORMAT, "corpus": corpus_name or corpus, "val": val, "tokenizer": tok_key, "eod": eod,
-                "inputs": [asdict(i) for i in inputs]}
+                "inputs": [[i.name, i.rel, i.role] for i in inputs]}
     settings_key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     claim_out(out, settings)
-    if shard is None and (out / "meta.json").is_file():
-        return out
     tok_file = _place_tokenizer(out, tokenizer, vocab, inputs)
     jobs = [Job(str(out), inp, settings_key, tok_file, eod) for inp in inputs]
-    _sweep_temp(out / "pieces")
     todo = [j for j in jobs if (piece_record(out, j.inp.name) or {}).get("key") != j.key]
+    if not todo and shard is None and _assembled(out, jobs):
+        return out
+    if todo:
+        (out / "meta.json").unlink(missing_ok=True)  # it would describe pieces about to change
+    _sweep_temp(out / "pieces")
     if shard is not None:
         todo = [j for j in todo if jobs.index(j) % shard[1] == shard[0]]
     _run_jobs(todo, workers)
@@ -272,6 +276,14 @@ def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 
         raise DataError(f"{out}: pieces {', '.join(missing[:5])} are not finished")
     assemble(out, records, settings, tokenizer_name(out, tok_file, tokenizer, vocab))
     return out
+
+
+def _assembled(out: Path, jobs: list[Job]) -> bool:
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+        return [p.get("key") for p in meta["pieces"]] == [j.key for j in jobs]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
@@ -346,7 +358,7 @@ def assemble(out: Path, records: list[dict], settings: dict, tok_name: str) -> N
             "documents": {s: total[s]["documents"] for s in ("train", "val")},
             "train": {k: total["train"][k] for k in ("tokens", "bytes")},
             "val": {k: total["val"][k] for k in ("tokens", "bytes")},
-            "pieces": [{"name": r["name"], "source": r["source"], "role": r["role"],
+            "pieces": [{"name": r["name"], "source": r["source"], "role": r["role"], "key": r["key"],
                         "documents": {s: r[s]["documents"] for s in ("train", "val")},
                         "tokens": {s: r[s]["tokens"] for s in ("train", "val")},
                         "sha256": {f"{r['name']}_{s}.{e}": r[s]["sha256"][e] for s in ("train", "val") for e in ("bin", "idx")}}

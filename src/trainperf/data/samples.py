@@ -64,6 +64,8 @@ def read_samples(src: str | Path, tok: Tokenizer | None, row_len: int) -> list[S
                 labels = row.get("labels", ids)
                 if not (isinstance(ids, list) and isinstance(labels, list) and len(ids) == len(labels)):
                     raise DataError(f"{where}: 'input_ids' and 'labels' must be lists of the same length")
+                if not all(type(x) is int for x in ids) or not all(type(x) is int for x in labels):
+                    raise DataError(f"{where}: 'input_ids' and 'labels' must hold integer token ids")
                 if len(ids) > row_len:
                     raise DataError(f"{where}: {len(ids)} tokens, longer than the row length {row_len}")
                 out.append(Sample(f"{rel}#{i}", [int(x) for x in ids], [int(x) for x in labels]))

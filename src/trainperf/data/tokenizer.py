@@ -1,7 +1,9 @@
-"""Tokenizers: raw bytes (vocab 256) or byte-level BPE through Hugging Face `tokenizers`.
+"""Tokenizers: raw bytes (vocab 256), Hugging Face `tokenizers` files (byte-level BPE trained here,
+or any tokenizer.json such as Llama 3.1's), and SentencePiece `.model` files (GPT-3's C4 model,
+Llama 2's tokenizer.model) through the `sentencepiece` package.
 
-Both are lossless on any UTF-8 text, and both know how many bytes of text each token id stands for,
-which is what lets the validation metric be nats per *byte* for any tokenizer.
+Each knows how many bytes of text each token id stands for, which is what lets the validation
+metric be nats per *byte* for any tokenizer.
 """
 
 from __future__ import annotations
@@ -109,6 +111,51 @@ class HFTokenizer:
         self.tok.save(str(path))
 
 
+class SentencePieceTokenizer:
+    """A SentencePiece model, encoded as Megatron's SentencePiece tokenizer does (ids only, no BOS or
+    EOS added)."""
+
+    def __init__(self, model: bytes, name: str):
+        import sentencepiece as spm
+
+        self.sp = spm.SentencePieceProcessor(model_proto=model)
+        self.model, self.name = model, name
+        self._bytes: np.ndarray | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, out_type=int)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([int(i) for i in ids])
+
+    def token_id(self, token: str) -> int | None:
+        i = self.sp.piece_to_id(token)
+        return i if self.sp.id_to_piece(i) == token else None
+
+    def token_bytes(self) -> np.ndarray:
+        if self._bytes is None:
+            out = np.zeros(self.vocab_size, dtype=np.int64)
+            for i in range(self.vocab_size):
+                if self.sp.is_control(i) or self.sp.is_unknown(i):
+                    continue
+                piece = self.sp.id_to_piece(i)
+                # byte-fallback pieces stand for one byte; "▁" is the space SentencePiece marks word
+                # starts with (the one it puts before a text's first word is counted too)
+                out[i] = 1 if self.sp.is_byte(i) else len(piece.replace("\u2581", " ").encode("utf-8"))
+            self._bytes = out
+        return self._bytes
+
+    def save(self, path: Path) -> None:
+        Path(path).write_bytes(self.model)
+
+
 def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
     """Train a byte-level BPE on the given (training-split) texts; deterministic for the same input."""
     from tokenizers import Tokenizer as _Tok
@@ -128,8 +175,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """A tokenizer saved by `save()`: ours (byte) or any HF `tokenizer.json`."""
+    """A tokenizer saved by `save()`: ours (byte), any HF `tokenizer.json`, or a SentencePiece `.model`."""
     path = Path(path)
+    if path.suffix == ".model":
+        try:
+            return SentencePieceTokenizer(path.read_bytes(), name=f"file:{path.name}")
+        except OSError as e:
+            raise DataError(f"{path}: cannot read tokenizer ({e.strerror})") from None
+        except RuntimeError as e:  # sentencepiece's parse failure
+            raise DataError(f"{path}: not a valid SentencePiece model ({str(e).splitlines()[0]})") from None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
