@@ -34,6 +34,11 @@ from torch.distributed.checkpoint.stateful import Stateful
 from trainperf import atomic
 from trainperf.config import Recipe
 from trainperf.mlperf.score import read_log
+
+try:
+    import resource  # POSIX: the file-size limit a failed write may have hit
+except ImportError:
+    resource = None
 from trainperf.errors import CheckpointError, ScoreError, file_error
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
@@ -340,14 +345,18 @@ class Checkpointer:
         inner = _inner_error(e)
         try:
             free = shutil.disk_usage(tmp if tmp.exists() else self.dir).free
+            largest = max((p.stat().st_size for p in tmp.iterdir()), default=0) if tmp.is_dir() else 0
         except OSError:
-            free = None
+            free, largest = None, 0
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(inner, OSError):
             return file_error(inner, "saving the checkpoint", final)
         if free is not None and free < _NEARLY_FULL:
             return file_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "saving the checkpoint", final)
+        fsize = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource is not None else -1
+        if fsize not in (-1, getattr(resource, "RLIM_INFINITY", -1)) and largest >= fsize:
+            return file_error(OSError(errno.EFBIG, os.strerror(errno.EFBIG)), "saving the checkpoint", final)
         return CheckpointError(f"{final}: the checkpoint could not be written ({_first_error(e)})")
 
     def _commit(self, tmp: Path, final: Path, step: int) -> None:
