@@ -92,3 +92,12 @@ def test_old_import_paths_name_the_same_classes():
     assert ConfigError is errors.ConfigError and DataError is errors.DataError and ScoreError is errors.ScoreError
     assert PlannerError is ReportPlanError is errors.PlanError
     assert trainperf.errors is errors
+
+
+def test_readme_has_one_exit_code_table_with_every_code():
+    """The exit codes are documented once, in README.md's table, and it lists exactly errors.py's."""
+    readme = (SRC.parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = [ln for ln in readme.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().replace(" / ", "").isdigit()]
+    codes = sorted(int(c) for ln in rows for c in ln.split("|")[1].split("/"))
+    constants = sorted(v for k, v in vars(errors).items() if k.startswith("EXIT_"))
+    assert codes == constants

@@ -274,7 +274,7 @@ def _wait_for_checkpoint(proc: subprocess.Popen, ckpts: Path, timeout: float = 1
 def test_sigterm_stops_like_ctrl_c(run8, tmp_path, nproc):
     base, _ = run8
     out = tmp_path / "term"
-    args = ["run", *SMALL, "--max-steps", "100000", "--checkpoint-every", "2", "--out", str(out), "--no-progress",
+    args = ["run", *SMALL, "--set", "eval.target=0.01", "--max-steps", "100000", "--checkpoint-every", "2", "--out", str(out), "--no-progress",
             "--device", "cpu"] + (["--nproc", str(nproc)] if nproc > 1 else [])
     proc = _start(args, base)
     _wait_for_checkpoint(proc, out / "checkpoints")
