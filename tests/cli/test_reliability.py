@@ -170,6 +170,23 @@ def test_refused_resume_changes_nothing(run8, why, extra):
     assert not (run / "attempts").exists()
 
 
+def test_a_resume_that_fails_before_training_puts_the_folder_back(run8, monkeypatch, capsys):
+    """What cannot be checked before the run's files are set aside (the data, say) and fails before
+    a step is trained leaves the folder as it was: the finished run still scores."""
+    import trainperf.train.trainer as trainer_mod
+    from trainperf.errors import DataError
+
+    def gone(r, env):
+        raise DataError("the corpus is gone")
+
+    base, run = run8
+    before = _tree(run)
+    monkeypatch.setattr(trainer_mod, "open_data", gone)
+    assert main(["run", *SMALL, "--resume", str(run), "--max-steps", "16", "--no-progress"]) == 1
+    assert "the corpus is gone" in capsys.readouterr().err
+    assert _tree(run) == before and not (run / "attempts").exists()
+
+
 # ---- --out: a new folder, an empty one, or one trainperf made for the same output
 
 def _out_args(cmd: str, run: Path, out: str) -> list[str]:
@@ -185,7 +202,7 @@ def test_out_never_writes_into_someone_elses_files(run8, tmp_path, cmd):
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
     (tmp_path / "afile").write_text("a file")
-    for out, code in ((mine, 2), (tmp_path / "afile", 2), (tmp_path / "afile" / "sub", 2)):
+    for out, code in ((mine, 1), (tmp_path / "afile", 1), (tmp_path / "afile" / "sub", 1)):
         p = _cli(*_out_args(cmd, run, str(out)), cwd=base, cache=base / "cache")
         line = _one_line_error(p, code)
         assert str(out) in line or "afile" in line
@@ -198,7 +215,7 @@ def test_report_may_rewrite_its_own_folder_only(run8, tmp_path):
     out = tmp_path / "rep"
     assert main(["report", str(run), "--no-check", "--out", str(out)]) == 0
     assert main(["report", str(run), "--no-check", "--out", str(out), "--force"]) == 0  # trainperf's own report
-    assert main(["export", str(run), "--out", str(out)]) == 2  # ... but not another kind of output
+    assert main(["export", str(run), "--out", str(out)]) == 1  # ... but not another kind of output
 
 
 # ---- counts that must be positive, names that must not be paths: exit 2 at parse time
