@@ -91,3 +91,67 @@ def test_sync_dir_accepts_a_folder(tmp_path):
     (tmp_path / "a").write_text("1")
     atomic.sync_dir(tmp_path)  # no error where folders can be fsynced, and silently none where not
     assert _names(tmp_path) == ["a"]
+
+
+# ---- an OS refusal names the file the user knows, not the temporary one
+
+def _write_big_under_a_file_size_limit(tmp_path, writer: str) -> str:
+    """Run `writer` (Python source using `p` and `data`) in a child whose file-size limit is 64 KiB: a
+    write past it fails with EFBIG, as one past a full disk fails with ENOSPC."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from pathlib import Path
+        from trainperf import atomic
+        from trainperf.errors import FileError
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        p, data = Path(sys.argv[1]) / "model.bin", b"x" * 200_000
+        try:
+            {writer}
+        except FileError as e:
+            print(e.errno, e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("writer", ["atomic.write_bytes(p, data)",
+                                    "with atomic.atomic_path(p) as t: t.write_bytes(data)",
+                                    "with atomic.atomic_dir(p) as d: (d / 'shard.bin').write_bytes(data)"])
+def test_a_failed_write_names_the_final_file_and_leaves_nothing(tmp_path, writer):
+    msg = _write_big_under_a_file_size_limit(tmp_path, writer)
+    assert msg.startswith("27 ") and "(ulimit -f) while writing" in msg and str(tmp_path / "model.bin") in msg, msg
+    assert ".tmp" not in msg and list(tmp_path.iterdir()) == []
+
+
+# ---- --out: a new folder, an empty one, or one trainperf made for the same kind of output
+
+def test_out_rule(tmp_path, monkeypatch):
+    from trainperf.errors import FileError, OutError
+
+    assert atomic.check_out(tmp_path / "new" / "deeper", "report") == tmp_path / "new" / "deeper"
+    (tmp_path / "empty").mkdir()
+    atomic.check_out(tmp_path / "empty", "report")
+    made = atomic.mark_out(tmp_path / "made", "report")
+    (made / "index.html").write_text("x")
+    assert atomic.out_kind(made) == "report"
+    atomic.check_out(made, "report")  # trainperf's own report folder
+    with pytest.raises(OutError, match="trainperf made it for report output"):
+        atomic.check_out(made, "run")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(OutError, match="trainperf did not make it"):
+        atomic.check_out(theirs, "report")
+    with pytest.raises(OutError, match="is a file"):
+        atomic.check_out(theirs / "notes.txt", "report")
+    with pytest.raises(OutError, match="notes.txt is a file"):
+        atomic.check_out(theirs / "notes.txt" / "out", "report")
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)  # as a folder of another user's (root passes chmod)
+    with pytest.raises(FileError, match=f"permission denied while creating {tmp_path / 'new'}"):
+        atomic.check_out(tmp_path / "new", "report")
+    assert (theirs / "notes.txt").read_text() == "mine"

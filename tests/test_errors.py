@@ -17,8 +17,9 @@ SRC = Path(trainperf.__file__).parent
 
 
 def _error_classes() -> list[type]:
+    # Terminated is a signal's arrival, not an error: a BaseException like KeyboardInterrupt
     return [c for _, c in inspect.getmembers(errors, inspect.isclass)
-            if issubclass(c, BaseException) and c.__module__ == errors.__name__]
+            if issubclass(c, BaseException) and c.__module__ == errors.__name__ and c is not errors.Terminated]
 
 
 def test_every_error_has_the_base_and_an_exit_code():
@@ -50,7 +51,7 @@ def test_no_exception_class_outside_errors_py():
 def test_errors_module_is_a_leaf():
     tree = ast.parse((SRC / "errors.py").read_text(encoding="utf-8"))
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert [ast.unparse(n) for n in imports] == ["from __future__ import annotations"]
+    assert [ast.unparse(n) for n in imports] == ["from __future__ import annotations", "import errno"]
 
 
 @pytest.mark.parametrize("cls", [errors.ConfigError, errors.UsageError, errors.DataError, errors.CheckpointError,
@@ -91,3 +92,12 @@ def test_old_import_paths_name_the_same_classes():
     assert ConfigError is errors.ConfigError and DataError is errors.DataError and ScoreError is errors.ScoreError
     assert PlannerError is ReportPlanError is errors.PlanError
     assert trainperf.errors is errors
+
+
+def test_readme_has_one_exit_code_table_with_every_code():
+    """The exit codes are documented once, in README.md's table, and it lists exactly errors.py's."""
+    readme = (SRC.parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = [ln for ln in readme.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().replace(" / ", "").isdigit()]
+    codes = sorted(int(c) for ln in rows for c in ln.split("|")[1].split("/"))
+    constants = sorted(v for k, v in vars(errors).items() if k.startswith("EXIT_"))
+    assert codes == constants

@@ -151,8 +151,8 @@ def check_out(out: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     """The one rule for a folder a user names as output, checked before anything is written: `out`
     may be a new folder (its nearest existing parent a writable folder), an empty folder, or a folder
     trainperf itself made for the same `kind` of output (its `OUT_MARKER`; `mark_out` writes it).
-    Anything else is someone else's and is never written into, let alone replaced: a file is an
-    `OutError` (exit 2), an unwritable place a `FileError` (exit 1).
+    Anything else is someone else's and is never written into, let alone replaced: a file or a
+    foreign folder is an `OutError`, an unwritable place a `FileError` (both exit 1).
 
     A command that replaces a folder it made (a dataset cache rebuilt, `report --force`) checks
     `out_kind(out) == kind` first and only then may call `atomic_dir(out, overwrite=True)`."""

@@ -87,8 +87,9 @@ class FileError(RunError, OSError):
     the file and the cause in one line."""
 
 
-class OutError(UsageError):
-    """An output folder (`--out`) that trainperf may not write into: a file, or someone else's folder."""
+class OutError(RunError):
+    """An output folder (`--out`) that trainperf may not write into: a file, or someone else's folder
+    (exit 1, as every "the output exists" refusal before it)."""
 
 
 class Terminated(BaseException):

@@ -88,7 +88,9 @@ def test_crash_during_save_is_never_picked_up(small_recipe, full_run, tmp_path, 
     with pytest.raises(OSError, match="simulated crash"):
         train(_recipe(small_recipe), DistEnv(), RunOptions(out=out, max_steps=12, resume=out))
     monkeypatch.undo()
-    assert (out / "checkpoints" / ".step_00000012.tmp").is_dir()  # written, never committed
+    # written, never committed; a save that fails with an exception (a full disk) removes it at once
+    assert not (out / "checkpoints" / ".step_00000012.tmp").exists()
+    shutil.copytree(out / "checkpoints" / "step_00000008", out / "checkpoints" / ".step_00000012.tmp")  # as a SIGKILL leaves it
     # ... and a step folder that lost its marker (copied half-way by hand, say)
     broken = out / "checkpoints" / "step_00000016"
     shutil.copytree(out / "checkpoints" / "step_00000008", broken)

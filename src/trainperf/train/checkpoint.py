@@ -34,6 +34,11 @@ from torch.distributed.checkpoint.stateful import Stateful
 from trainperf import atomic
 from trainperf.config import Recipe
 from trainperf.mlperf.score import read_log
+
+try:
+    import resource  # POSIX: the file-size limit a failed write may have hit
+except ImportError:
+    resource = None
 from trainperf.errors import CheckpointError, ScoreError, file_error
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
@@ -170,6 +175,7 @@ class Checkpointer:
         self.restarts = 0
         self.lost_steps = 0
         self.source: Path | None = None
+        self._set_aside: tuple[Path, list[str]] | None = None  # where an earlier attempt's files went, and which
         own = committed(self.dir)
         if env.restart_count > 0 and own:
             self.source = own[-1]  # torchrun restarted us: carry on from our own last checkpoint
@@ -227,6 +233,7 @@ class Checkpointer:
             reached = _last_step(out / "metrics.jsonl")
             dest = attempts / str((done[-1] + 1) if done else 1)
             dest.mkdir(parents=True)
+            self._set_aside = (dest, [f.name for f in files])
             for f in files:
                 os.replace(f, dest / f.name)
             info = {"reached_step": reached, "resumed_from_step": self.resume_step,
@@ -240,6 +247,24 @@ class Checkpointer:
                 continue
             self.restarts += 1
             self.lost_steps += int(info.get("lost_steps", 0))
+
+    def undo_set_aside(self) -> None:
+        """Put the earlier attempt's files back, over the ones this attempt began (rank 0). For a run
+        that failed before it trained a step (data, model, checkpoint load): the run folder is then
+        as the user left it, and a finished run still scores."""
+        if self._set_aside is None:
+            return
+        dest, moved = self._set_aside
+        for name in (f"result_{self.seed}.txt", *_ATTEMPT_FILES):
+            if name in moved:
+                os.replace(dest / name, self.out / name)
+            else:
+                (self.out / name).unlink(missing_ok=True)  # begun by this attempt: trainperf's own
+        (dest / "attempt.json").unlink(missing_ok=True)
+        dest.rmdir()
+        if not any(dest.parent.iterdir()):
+            dest.parent.rmdir()
+        self._set_aside = None
 
     # ---- load
 
@@ -340,14 +365,18 @@ class Checkpointer:
         inner = _inner_error(e)
         try:
             free = shutil.disk_usage(tmp if tmp.exists() else self.dir).free
+            largest = max((p.stat().st_size for p in tmp.iterdir()), default=0) if tmp.is_dir() else 0
         except OSError:
-            free = None
+            free, largest = None, 0
         if self.env.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(inner, OSError):
             return file_error(inner, "saving the checkpoint", final)
         if free is not None and free < _NEARLY_FULL:
             return file_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "saving the checkpoint", final)
+        fsize = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource is not None else -1
+        if fsize not in (-1, getattr(resource, "RLIM_INFINITY", -1)) and largest >= fsize:
+            return file_error(OSError(errno.EFBIG, os.strerror(errno.EFBIG)), "saving the checkpoint", final)
         return CheckpointError(f"{final}: the checkpoint could not be written ({_first_error(e)})")
 
     def _commit(self, tmp: Path, final: Path, step: int) -> None:

@@ -70,8 +70,15 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
         log.start(C.INIT_START)
         for key, value in submission_metadata(r, f"{env.world_size}x{device_name(env.device)}"):
             log.event(key, value)
-        trainer = Trainer(r, env, opts, log, ckpt)
-        trainer.init_run()
+        try:
+            trainer = Trainer(r, env, opts, log, ckpt)
+            trainer.init_run()
+        except BaseException:
+            # nothing trained yet: a resumed run's folder goes back to how it was (validate, then act)
+            log.close()
+            if env.is_main:
+                ckpt.undo_set_aside()
+            raise
         return trainer.run()
     finally:
         log.close()
