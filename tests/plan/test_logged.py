@@ -7,7 +7,7 @@ import pytest
 
 from trainperf.config import ConfigError
 from trainperf.plan.logged import LOGGED, load_logged, relative_error
-from trainperf.plan.validate import load_results
+from trainperf.plan.results import load_results
 
 FIELDS = "round,benchmark,submitter,accelerator,gpus,global_batch_size,logs,method,step_s,step_min_s,step_max_s,eval_s,source"
 

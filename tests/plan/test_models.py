@@ -126,13 +126,13 @@ def test_data_parallel_traffic_hides_behind_the_micro_batch_compute():
     rs, ag = m._dp_time(fp8)
     _, ag_fp4 = m._dp_time(replace(fp8, precision="fp4"))
     assert ag < 0.6 * ag_fp4 and ag_fp4 == pytest.approx(rs)  # 1 byte a parameter instead of 2
-    st = m.step_costs(fp8)
-    assert st["dp"] == pytest.approx(max(0.0, rs - st["t_b"]) + max(0.0, ag - st["t_f"]))
+    st = m.cost(fp8)
+    assert st.dp_exposed == pytest.approx(max(0.0, rs - st.t_b) + max(0.0, ag - st.t_f))
     slow = Model(load_benchmark("llama31_8b", "5.1"), cluster("b200", 64, network="eth_100"),
                  load_calibration(), "5.1")
     rs2, ag2 = slow._dp_time(fp8)
-    st2 = slow.step_costs(fp8)
-    assert rs2 > st2["t_b"] and st2["dp"] == pytest.approx(rs2 - st2["t_b"] + max(0.0, ag2 - st2["t_f"]))
+    st2 = slow.cost(fp8)
+    assert rs2 > st2.t_b and st2.dp_exposed == pytest.approx(rs2 - st2.t_b + max(0.0, ag2 - st2.t_f))
 
 
 def test_collectives_follow_alpha_beta():
@@ -198,7 +198,7 @@ def test_fp4_runs_only_its_share_of_gemm_work_at_the_fp4_rate():
 
     def gemm_seconds(share: float, precision: str) -> float:
         m = Model(b, cluster(get_gpu("gb300"), 512), replace(base, fp4_share=share), "5.1")
-        return m._layer(2, 2, 1, precision, "none")["compute"]
+        return m._layer(2, 2, 1, precision, "none").compute
 
     fp8, fp4_all, fp4_none = gemm_seconds(0.7, "fp8"), gemm_seconds(1.0, "fp4"), gemm_seconds(0.0, "fp4")
     assert fp4_none == pytest.approx(fp8)  # no share at the FP4 rate: FP8's time
@@ -217,6 +217,6 @@ def test_lora_layers_keep_no_frozen_mlp_gemm_inputs():
 
     b = load_benchmark("llama2_70b_lora", "5.0")
     m = Model(b, cluster("b200", 8), load_calibration())
-    got = m._layer(1, 1, 1, "fp8", "none")["act_bytes"]
+    got = m._layer(1, 1, 1, "fp8", "none").act_bytes
     assert got == activation_bytes_per_layer(b.model, b.seq_len, 1, tp=1, recompute="none", frozen_mlp=True)
     assert got < activation_bytes_per_layer(b.model, b.seq_len, 1, tp=1, recompute="none")

@@ -1,5 +1,7 @@
 """RCPs, the performance model and the layout search on small and known cases."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from trainperf.config import ConfigError, ModelConfig
@@ -55,7 +57,8 @@ def test_small_model_prefers_pure_data_parallel():
     assert times == sorted(times)
     # the search's fast path prices a layout exactly as the full estimate does
     for e in res.best:
-        minutes, mem = m.quick(e.layout)
+        cost = m.cost(e.layout)
+        minutes, mem = m.minutes(cost, e.layout.gbs), cost.memory_bytes(e.layout.gbs)
         assert minutes == pytest.approx(e.minutes, rel=1e-12) and mem == pytest.approx(e.memory.total, rel=1e-12)
 
 
@@ -140,7 +143,8 @@ def test_nvidias_published_gpt3_layout_is_near_the_searched_best():
     b = load_benchmark("gpt3_175b", "3.1")
     m = Model(b, cluster("h100", 10752), load_calibration(), "3.1")
     best = search(m, 10752, gbs=2688, ceiling="fp8", top=1).best[0]
-    theirs = [m.quick(Layout(tp=4, pp=8, dp=336, vpp=v, mbs=1, gbs=2688, precision="fp8")) for v in (1, 2, 3, 4, 6, 12)]
+    costs = [m.cost(Layout(tp=4, pp=8, dp=336, vpp=v, mbs=1, gbs=2688, precision="fp8")) for v in (1, 2, 3, 4, 6, 12)]
+    theirs = [(m.minutes(c, 2688), c.memory_bytes(2688)) for c in costs]
     assert all(mem <= m.capacity() for _, mem in theirs)
     assert min(t for t, _ in theirs) < 1.10 * best.minutes
     assert best.layout.tp == 4 and best.layout.precision == "fp8"
@@ -221,20 +225,20 @@ def test_pipeline_split_counting_embedding_and_loss():
     plain = Model(replace(b, pp_split_counts_embedding_and_loss=False), cluster("h100", 512), cal, "5.1")
     lay = Layout(tp=8, pp=8, vpp=8, dp=4, cp=2, mbs=1, gbs=1152, precision="fp8")
     assert asym.stage_layers(lay) == plain.stage_layers(lay) == 16
-    a, p = asym.step_costs(lay), plain.step_costs(lay)
-    ly = a["ly"]
+    a, p = asym.cost(lay), plain.cost(lay)
+    ly = a.layer
     hf, hb = asym._head(lay.tp, lay.cp, lay.mbs, lay.precision)
-    layer = ly["fwd"] + ly["bwd"]
+    layer = ly.fwd + ly.bwd
     # 1F1B runs at the pace of the slower of a middle rank and the last one
-    assert a["t_f"] + a["t_b"] == pytest.approx(max(16 * layer, 15 * layer + hf + hb))
-    assert p["t_f"] + p["t_b"] == pytest.approx(16 * layer + hf + hb)
+    assert a.t_f + a.t_b == pytest.approx(max(16 * layer, 15 * layer + hf + hb))
+    assert p.t_f + p.t_b == pytest.approx(16 * layer + hf + hb)
     assert asym.estimate(lay).step_time_s < plain.estimate(lay).step_time_s
     # MLPerf's 405B has a 32,768-entry vocabulary: its output layer costs less than a layer, so a
     # middle rank is the slowest; an output layer dearer than a layer leaves the last rank slowest
-    assert a["L"] == 16 and a["hf"] == 0.0
-    assert asym._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 0.5, 1.0) == (16, False)
-    assert asym._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 2.0, 4.0) == (15, True)
-    assert plain._slowest_stage(lay, {"fwd": 1.0, "bwd": 2.0}, 0.5, 1.0) == (16, True)
+    assert a.layers == 16 and a.head_f == 0.0
+    assert asym._slowest_stage(lay, SimpleNamespace(fwd=1.0, bwd=2.0), 0.5, 1.0) == (16, False)
+    assert asym._slowest_stage(lay, SimpleNamespace(fwd=1.0, bwd=2.0), 2.0, 4.0) == (15, True)
+    assert plain._slowest_stage(lay, SimpleNamespace(fwd=1.0, bwd=2.0), 0.5, 1.0) == (16, True)
     # at vpp 4 (128 / 32 = 4 slots per virtual stage) the split still holds 16 layers per rank
     assert asym.stage_layers(replace(lay, vpp=4)) == 16
     # without pipeline parallelism the accounting changes nothing

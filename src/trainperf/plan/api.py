@@ -10,11 +10,12 @@ from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
 from trainperf.plan.convergence import Convergence
 from trainperf.plan.cost import Cost, cost_of
-from trainperf.plan.evidence import evidence, proven_precisions
+from trainperf.plan.evidence import proven_precisions
 from trainperf.plan.evidence import proven_shapes as _proven_shapes
 from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
 from trainperf.plan.logged import Trend, software_trend
 from trainperf.plan.perf import Estimate, Layout, Model
+from trainperf.plan.prediction import Prediction, predict
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
 from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
 
@@ -24,7 +25,8 @@ class Plan:
     bench: Benchmark
     cluster: Cluster
     calibration: Calibration
-    result: SearchResult
+    result: SearchResult  # what the search found (Estimates)
+    predictions: list[Prediction]  # its best layouts with band and evidence, in its order
     seconds: float
     fixed: dict = field(default_factory=dict)
     convergence: Convergence | None = None
@@ -32,14 +34,15 @@ class Plan:
     price: float | None = None  # USD per GPU-hour
     pue: float | None = None
     formats: frozenset | None = None  # formats NVIDIA ran the benchmark in on this GPU kind this round
+    fastest_unpublished: Prediction | None = None  # the fastest layout, when evidence ranked another first
 
     @property
     def cost(self) -> Cost:
         return cost_of(self.best, self.cluster.gpu, self.cluster.n_gpus, self.price, self.pue)
 
     @property
-    def best(self) -> Estimate:
-        return self.result.best[0]
+    def best(self) -> Prediction:
+        return self.predictions[0]
 
     @property
     def trend(self) -> Trend | None:
@@ -48,18 +51,19 @@ class Plan:
         return software_trend(self.bench.round)
 
     def to_dict(self) -> dict:
-        b = self.best
+        p = self.best
+        b = p.estimate
         d = {
             "benchmark": self.bench.name, "mlperf_benchmark": self.bench.mlperf, "round": self.bench.round,
             "model_source": self.bench.model_source,
             "gpu": self.cluster.gpu.key, "gpu_name": self.cluster.gpu.name, "gpus": self.cluster.n_gpus,
             "network": self.cluster.network.key, "nvlink_domain": self.cluster.gpu.nvlink_domain,
-            **b.to_dict(),
+            **p.to_dict(),
             "cost": self.cost.to_dict(),
             "convergence": (self.convergence.to_dict() if self.convergence else
                             {"samples": round(b.samples, 1), "global_batch": b.layout.gbs, "runs": None,
                              "source": f"RCP mean ({b.rcp_ruleset})"}),
-            "layouts": [e.to_dict() for e in self.result.best[1:]],
+            "layouts": [e.to_dict() for e in self.predictions[1:]],
             "ranking": "predicted time only (--explore)" if self.explore else
                        "layouts published for this GPU family first (NVIDIA's up to this round, others' "
                        "from earlier rounds), then the rest; within each, formats NVIDIA ran on this GPU "
@@ -67,8 +71,8 @@ class Plan:
             "formats_published": sorted(self.formats) if self.formats else None,
             "software_trend": (None if (trend := self.trend) is None else
                                trend.to_dict(b.train_s, b.eval_s + b.overhead_s)),
-            "fastest_unpublished": (self.result.fastest_unranked.to_dict()
-                                    if self.result.fastest_unranked is not None else None),
+            "fastest_unpublished": (self.fastest_unpublished.to_dict()
+                                    if self.fastest_unpublished is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
                        "fixed": self.fixed},
             "calibration": {"generation": self.cluster.gpu.generation,
@@ -122,12 +126,12 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven,
                  proven_precisions=formats)
     dt = time.perf_counter() - t0
-    for e in res.best + [x for x in (res.fastest_unranked,) if x is not None]:
-        e.evidence = evidence(b.mlperf, cl.gpu.generation, *e.layout.shape, n_gpus, b.round, gpu=cl.gpu.key)
     if not res.best:
         raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
-    return Plan(bench=b, cluster=cl, calibration=cal, result=res, seconds=dt, fixed=layout or {},
-                convergence=convergence, explore=explore, price=price, pue=pue, formats=formats)
+    fast = None if res.fastest_unranked is None else predict(model, res.fastest_unranked)
+    return Plan(bench=b, cluster=cl, calibration=cal, result=res, predictions=[predict(model, e) for e in res.best],
+                seconds=dt, fixed=layout or {}, convergence=convergence, explore=explore, price=price, pue=pue,
+                formats=formats, fastest_unpublished=fast)
 
 
 def _no_layout(model: Model, res, n_gpus: int, gbs: int | None, ceiling: str, precision: str | None,
@@ -175,6 +179,17 @@ def _spec(lay: Layout) -> str:
     return s + (f",vpp={lay.vpp}" if lay.vpp > 1 else "")
 
 
+def parse_gpu_count(text: str) -> int:
+    """--gpus of one plan: a positive integer."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(f"--gpus: expected an integer, got '{text}'") from None
+    if n < 1:
+        raise ConfigError(f"--gpus: expected a positive integer, got '{text}'")
+    return n
+
+
 def parse_gpus(text: str) -> list[int]:
     """'512' -> [512]; '64..16384' -> powers of two from 64 to 16384; '8,64,512' -> as listed."""
     try:
@@ -201,10 +216,17 @@ def parse_gpus(text: str) -> list[int]:
 class SweepPoint:
     gpu: str
     n_gpus: int
-    estimate: Estimate | None
+    prediction: Prediction | None
     reason: str = ""
     round: str = ""
     cost: Cost | None = None
+
+    def to_dict(self) -> dict:
+        """One point of `plan sweep --json`."""
+        return {"gpu": self.gpu, "gpus": self.n_gpus, "round": self.round,
+                **(self.prediction.to_dict() if self.prediction else {}),
+                **({"cost": self.cost.to_dict()} if self.cost else {}),
+                **({"error": self.reason} if not self.prediction else {})}
 
 
 def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = None,

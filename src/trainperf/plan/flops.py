@@ -30,7 +30,7 @@ def layer_gemms(cfg: ModelConfig, tp: int) -> list[Gemm]:
     h, hd = cfg.d_model, cfg.head_dim
     qkv = (cfg.n_head + 2 * cfg.kv_heads) * hd
     f = cfg.ff_dim
-    mlp_in = 2 * f if cfg.family == "llama" else f  # SwiGLU's gate and up projections run fused
+    mlp_in = 2 * f if cfg.gated else f  # SwiGLU's gate and up projections run fused
     return [Gemm("qkv", qkv // tp, h), Gemm("o", h, cfg.n_head * hd // tp),
             Gemm("mlp_in", mlp_in // tp, h), Gemm("mlp_out", h, f // tp)]
 

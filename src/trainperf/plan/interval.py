@@ -27,6 +27,7 @@ narrower than the row's own convergence spread, which no calibration removes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from trainperf.plan.rcp import seed_spread
 
@@ -57,6 +58,27 @@ def sd_log(software: float, config: float, convergence: float) -> float:
 def band(minutes: float, sd: float) -> tuple[float, float]:
     """(p10, p90) minutes."""
     return minutes * math.exp(-Z80 * sd), minutes * math.exp(Z80 * sd)
+
+
+@dataclass(frozen=True)
+class Band:
+    """The three spreads (sd of log minutes) around one prediction."""
+
+    software_sd: float = 0.0  # NVIDIA's own results around the model
+    config_sd: float = 0.0  # configurations NVIDIA did not submit (signed)
+    convergence_sd: float = 0.0  # samples to converge (0 when they are given)
+
+    @property
+    def sd_log(self) -> float:
+        return sd_log(self.software_sd, self.config_sd, self.convergence_sd)
+
+    def around(self, minutes: float) -> tuple[float, float]:
+        """(p10, p90) minutes around `minutes`."""
+        return band(minutes, self.sd_log)
+
+    def to_dict(self) -> dict:
+        return {"sd_log": round(self.sd_log, 4), "software_sd": round(self.software_sd, 4),
+                "config_sd": round(self.config_sd, 4), "convergence_sd": round(self.convergence_sd, 4)}
 
 
 def _binom_tail(k: int, n: int, p: float, upper: bool) -> float:

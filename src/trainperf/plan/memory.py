@@ -47,7 +47,7 @@ def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp
     else:
         scores = 2 * a * s * s * b + (3 * a * s * s * b if dropout else 0)
         core = (0 if recompute == "selective" else scores) + 2 * sbh
-    if cfg.family == "llama":
+    if cfg.gated:
         mlp_mid = 3 * 2 * s * b * f  # gate, up, gate*up
         act_out = 2 * s * b * f
     else:
@@ -89,7 +89,8 @@ class Memory:
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations + self.logits + self.reserve
+        # the state first, then what the micro-batches in flight add (the order the search sums in)
+        return self.weights + self.grads + self.optimizer + self.logits + self.reserve + self.activations
 
     def as_gb(self) -> dict:
         d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items()}

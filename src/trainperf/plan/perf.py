@@ -60,8 +60,94 @@ class Layout:
                 "recompute": self.recompute, "precision": self.precision}
 
 
-@dataclass
+@dataclass(frozen=True)
+class LayerCost:
+    """One transformer layer, one micro-batch, on one rank: seconds and the bytes it keeps."""
+
+    fwd: float  # forward: compute, exposed tp/cp traffic, element-wise work
+    bwd: float  # backward, with what recompute repeats
+    compute: float  # GEMMs and attention, forward + backward + recompute
+    tp: float  # exposed tensor-parallel traffic
+    cp: float  # exposed context-parallel traffic
+    other: float  # element-wise (memory-bound) work
+    act_bytes: float  # activations kept for the backward
+    tokens: float  # tokens the rank processes
+
+
+@dataclass(frozen=True)
+class ShapeCost:
+    """What one model-parallel shape (tp, pp, vpp, dp, cp, micro-batch, recompute, precision)
+    costs, whatever the global batch: the search and the full estimate both read this, and the
+    step, memory and evaluation formulas below are the only ones."""
+
+    pp: int
+    vpp: int
+    dp: int
+    mbs: int
+    layer: LayerCost
+    layers: int  # layers on the slowest pipeline rank
+    stage_layers: int  # layers on the busiest rank (its memory)
+    head_f: float  # output layer + loss on the slowest rank (0 when it does not hold it)
+    head_b: float
+    t_f: float  # one micro-batch's forward on the slowest rank
+    t_b: float  # and its backward
+    p2p: float  # exposed pipeline sends per micro-batch
+    dp_exposed: float  # data-parallel traffic compute does not hide, per step
+    optimizer: float  # optimizer step, per step
+    overhead: float  # calibrated fixed cost per step
+    weights: float  # bytes, busiest rank
+    grads: float
+    opt_state: float
+    logits: float
+    reserve: float
+    act_per_mb: float  # activation bytes per micro-batch in flight (interleaving included)
+    eval_s: float  # one evaluation
+
+    def microbatches(self, gbs: int) -> int:
+        return gbs // (self.dp * self.mbs)
+
+    def bubble_s(self) -> float:
+        """1F1B fill and drain: (p-1)/v stage-times of one micro-batch."""
+        return (self.pp - 1) / self.vpp * (self.t_f + self.t_b)
+
+    def step_s(self, gbs: int) -> float:
+        """One optimizer step: m micro-batches + bubble + exposed DP + optimizer + overhead."""
+        m = self.microbatches(gbs)
+        return m * (self.t_f + self.t_b + self.p2p) + self.bubble_s() + self.dp_exposed + self.optimizer + self.overhead
+
+    def in_flight(self, gbs: int) -> int:
+        """Micro-batches whose activations the first pipeline rank holds at once under 1F1B."""
+        return min(self.pp, self.microbatches(gbs)) if self.pp > 1 else 1
+
+    def memory_bytes(self, gbs: int) -> float:
+        return self.static_bytes + self.act_per_mb * self.in_flight(gbs)
+
+    @property
+    def static_bytes(self) -> float:
+        return self.weights + self.grads + self.opt_state + self.logits + self.reserve
+
+    def memory(self, gbs: int) -> Memory:
+        return Memory(weights=self.weights, grads=self.grads, optimizer=self.opt_state,
+                      activations=self.act_per_mb * self.in_flight(gbs), logits=self.logits, reserve=self.reserve)
+
+    def breakdown(self, gbs: int) -> dict:
+        """Seconds per step by component; they sum to `step_s`."""
+        m, L, ly = self.microbatches(gbs), self.layers, self.layer
+        return {
+            "compute": m * (L * ly.compute + self.head_f + self.head_b),
+            "tp": m * L * ly.tp,
+            "cp": m * L * ly.cp,
+            "pp_bubble": self.bubble_s(),
+            "dp": self.dp_exposed,
+            "other": m * (L * ly.other + self.p2p) + self.optimizer + self.overhead,
+        }
+
+
+@dataclass(frozen=True)
 class Estimate:
+    """The model's prediction for one layout: step, memory, MFU and time-to-train. The band and
+    the published evidence are a later stage (plan/prediction.py)."""
+
     layout: Layout
     step_time_s: float
     breakdown: dict  # seconds per step: compute, tp, pp_bubble, dp, cp, other
@@ -78,22 +164,6 @@ class Estimate:
     train_s: float
     eval_s: float
     overhead_s: float
-    sd_software: float = 0.0  # log-minutes spread of NVIDIA's own results around the model (plan/interval.py)
-    sd_config: float = 0.0  # log-minutes spread of configurations NVIDIA did not submit (plan/interval.py)
-    sd_convergence: float = 0.0  # log-minutes spread from samples to converge (0 when they are given)
-    evidence: object = None  # plan/evidence.py Published: a submission that ran this (tp, pp, cp); None: none did
-
-    @property
-    def sd_log(self) -> float:
-        return interval.sd_log(self.sd_software, self.sd_config, self.sd_convergence)
-
-    @property
-    def minutes_p10(self) -> float:
-        return interval.band(self.minutes, self.sd_log)[0]
-
-    @property
-    def minutes_p90(self) -> float:
-        return interval.band(self.minutes, self.sd_log)[1]
 
     @property
     def fits(self) -> bool:
@@ -105,15 +175,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         return {
-            "minutes": round(self.minutes, 4), "minutes_p10": round(self.minutes_p10, 4),
-            "minutes_p50": round(self.minutes, 4), "minutes_p90": round(self.minutes_p90, 4),
-            "interval": {"sd_log": round(self.sd_log, 4), "software_sd": round(self.sd_software, 4),
-                         "config_sd": round(self.sd_config, 4),
-                         "convergence_sd": round(self.sd_convergence, 4)},
-            "evidence": (None if self.evidence is None else {
-                "submitter": self.evidence.submitter, "round": self.evidence.round, "gpus": self.evidence.gpus,
-                "gpu": self.evidence.gpu, "tp": self.evidence.tp, "pp": self.evidence.pp, "cp": self.evidence.cp,
-                "source": self.evidence.source}),
+            "minutes": round(self.minutes, 4),
             "step_time_s": round(self.step_time_s, 5),
             "mfu": round(self.mfu, 4), "mfu_bf16": round(self.mfu_bf16, 4), "tokens_per_s": round(self.tokens_per_s, 1),
             "memory_gb_per_gpu": round(self.memory.total / 1e9, 2),
@@ -132,8 +194,8 @@ def _shape_eff(d: float, half: float) -> float:
 
 
 class Model:
-    """The performance model of one benchmark on one cluster; caches per-shape layer costs so the
-    search can evaluate thousands of layouts quickly."""
+    """The performance model of one benchmark on one cluster; caches one ShapeCost per
+    model-parallel shape so the search can price thousands of layouts quickly."""
 
     def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None,
                  samples: float | None = None):
@@ -153,7 +215,7 @@ class Model:
                                                                                 bench.runs_per_result)
         self.model_fpt = flops_per_token(self.cfg)  # MFU numerator, per token
         self._layer_cache: dict = {}
-        self._stage_cache: dict = {}
+        self._cost_cache: dict = {}
         self._samples_cache: dict = {}
         self._params = self._count_params()
 
@@ -162,8 +224,8 @@ class Model:
         c = self.cfg
         h, hd = c.d_model, c.head_dim
         attn = h * (c.n_head + 2 * c.kv_heads) * hd + c.n_head * hd * h
-        mlp = (3 if c.family == "llama" else 2) * h * c.ff_dim
-        norms = 2 * h * (2 if c.family == "gpt" else 1)
+        mlp = (3 if c.gated else 2) * h * c.ff_dim
+        norms = 2 * h * (2 if c.family == "gpt" else 1)  # LayerNorm has a bias, RMSNorm none
         lora = 0
         if c.lora_rank > 0:
             from trainperf.model.flops import lora_forward_flops
@@ -173,7 +235,7 @@ class Model:
         return {"layer": attn + mlp + norms, "lora_layer": lora, "emb": emb}
 
     # -- one layer, one micro-batch ----------------------------------------------------------
-    def _layer(self, tp: int, cp: int, mbs: int, precision: str, recompute: str) -> dict:
+    def _layer(self, tp: int, cp: int, mbs: int, precision: str, recompute: str) -> LayerCost:
         key = (tp, cp, mbs, precision, recompute)
         hit = self._layer_cache.get(key)
         if hit is not None:
@@ -213,15 +275,14 @@ class Model:
             rc_elem = 0.5 * elem_f
         act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute,
                                          frozen_mlp=self.b.lora)
-        out = {
-            "fwd": comp_f + exp_tp_f + exp_cp_f + elem_f,
-            "bwd": comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
-            "compute": comp_f + comp_b + rc_comp,
-            "tp": exp_tp_f + exp_tp_b + (exp_tp_f if recompute == "full" else 0.0),
-            "cp": exp_cp_f + exp_cp_b + (exp_cp_f if recompute == "full" else 0.0),
-            "other": elem_f + elem_b + rc_elem,
-            "act_bytes": act, "tokens": tokens,
-        }
+        out = LayerCost(
+            fwd=comp_f + exp_tp_f + exp_cp_f + elem_f,
+            bwd=comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
+            compute=comp_f + comp_b + rc_comp,
+            tp=exp_tp_f + exp_tp_b + (exp_tp_f if recompute == "full" else 0.0),
+            cp=exp_cp_f + exp_cp_b + (exp_cp_f if recompute == "full" else 0.0),
+            other=elem_f + elem_b + rc_elem,
+            act_bytes=act, tokens=tokens)
         self._layer_cache[key] = out
         return out
 
@@ -253,10 +314,9 @@ class Model:
         h, f = c.d_model, c.ff_dim
         kvd = c.kv_heads * c.head_dim
         elems = 2 * 2 * h + 2 * 3 * h
-        if c.family == "llama":
-            elems += 2 * (c.n_head * c.head_dim + kvd) + 3 * f
-        else:
-            elems += 2 * f
+        if c.family == "llama":  # RoPE on q and k
+            elems += 2 * (c.n_head * c.head_dim + kvd)
+        elems += 3 * f if c.gated else 2 * f
         b = 2 * elems
         if precision != "bf16":
             b += 3 * (3 * h + f)
@@ -283,7 +343,7 @@ class Model:
     def _asym(self, lay: Layout) -> bool:
         return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
 
-    def _slowest_stage(self, lay: Layout, ly: dict, hf: float, hb: float) -> tuple[int, bool]:
+    def _slowest_stage(self, lay: Layout, ly: LayerCost, hf: float, hb: float) -> tuple[int, bool]:
         """(layers, whether it holds the output layer) of the pipeline rank with the most work per
         micro-batch: in 1F1B the slowest rank sets the pace. Without the embedding/loss accounting
         that is the last rank, with the busiest share of layers and the output layer; with it the
@@ -291,18 +351,11 @@ class Model:
         L = self.stage_layers(lay)
         if not self._asym(lay):
             return L, True
-        last = (L - 1) * (ly["fwd"] + ly["bwd"]) + hf + hb
-        return (L - 1, True) if last > L * (ly["fwd"] + ly["bwd"]) else (L, False)
+        last = (L - 1) * (ly.fwd + ly.bwd) + hf + hb
+        return (L - 1, True) if last > L * (ly.fwd + ly.bwd) else (L, False)
 
     def memory(self, lay: Layout) -> Memory:
-        st = self._static_memory(lay)
-        per_layer = self._layer(lay.tp, lay.cp, lay.mbs, lay.precision, lay.recompute)["act_bytes"]
-        m = lay.microbatches
-        in_flight = min(lay.pp, m) if lay.pp > 1 else 1
-        interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
-        acts = self.stage_layers(lay) * per_layer * in_flight * interleave
-        return Memory(weights=st[0], grads=st[1], optimizer=st[2], activations=acts, logits=st[3],
-                      reserve=RESERVE * self.gpu.usable_bytes)
+        return self.cost(lay).memory(lay.gbs)
 
     def _static_memory(self, lay: Layout) -> tuple[float, float, float, float]:
         """(weights, grads, optimizer, logits) bytes on the busiest rank: pipeline stage with the
@@ -339,10 +392,11 @@ class Model:
         ag = comm.hier_all_gather(n_ag, p_in, p_out, self.nvl, self.nic)
         return rs, ag
 
-    def _stage(self, lay: Layout) -> dict:
-        """Everything that does not depend on the global batch, cached per model-parallel shape."""
+    def cost(self, lay: Layout) -> ShapeCost:
+        """The ShapeCost of `lay`'s model-parallel shape, recompute and precision (its global batch
+        is not read), cached."""
         key = (lay.tp, lay.pp, lay.vpp, lay.dp, lay.cp, lay.mbs, lay.recompute, lay.precision)
-        hit = self._stage_cache.get(key)
+        hit = self._cost_cache.get(key)
         if hit is not None:
             return hit
         c, g = self.cfg, self.gpu
@@ -351,14 +405,14 @@ class Model:
         L, head = self._slowest_stage(lay, ly, hf, hb)
         if not head:
             hf, hb = 0.0, 0.0
-        t_f = L * ly["fwd"] + hf
-        t_b = L * ly["bwd"] + hb
+        t_f = L * ly.fwd + hf
+        t_b = L * ly.bwd + hb
         # pipeline sends: one activation (sequence-parallel shard) per stage boundary and virtual
         # stage, forward and backward; across domains unless the whole model-parallel group fits
         p2p = 0.0
         if lay.pp > 1:
             link = self.nvl if lay.tp * lay.cp * lay.pp <= g.nvlink_domain else self.nic
-            p2p = 2 * lay.vpp * comm.p2p(ly["tokens"] * c.d_model * 2 / lay.tp, link) * (1 - self.cal.overlap)
+            p2p = 2 * lay.vpp * comm.p2p(ly.tokens * c.d_model * 2 / lay.tp, link) * (1 - self.cal.overlap)
         rs, ag = self._dp_time(lay)
         # gradients reduce bucket by bucket while the last micro-batch runs backward, parameters
         # gather while the first runs forward (Megatron's overlap_grad_reduce and
@@ -366,14 +420,17 @@ class Model:
         dp_exposed = max(0.0, rs - t_b) + max(0.0, ag - t_f)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
-        mem_static = sum(self._static_memory(lay)) + RESERVE * g.usable_bytes
+        w, gr, os_, logits = self._static_memory(lay)
+        # interleaving keeps (1 + (p-1)/(p·v)) micro-batches' worth of the rank's layers in flight
         interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
-        act_mb = self.stage_layers(lay) * ly["act_bytes"] * interleave
-        t_eval = eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly["fwd"] + hf, self.b.eval_overhead_s)
-        out = {"ly": ly, "L": L, "hf": hf, "hb": hb, "t_f": t_f, "t_b": t_b, "p2p": p2p,
-               "dp": dp_exposed, "opt": opt, "mem_static": mem_static, "act_mb": act_mb, "t_eval": t_eval,
-               "shape": (lay.pp, lay.vpp, lay.dp, lay.mbs)}
-        self._stage_cache[key] = out
+        S = self.stage_layers(lay)
+        out = ShapeCost(
+            pp=lay.pp, vpp=lay.vpp, dp=lay.dp, mbs=lay.mbs, layer=ly, layers=L, stage_layers=S,
+            head_f=hf, head_b=hb, t_f=t_f, t_b=t_b, p2p=p2p, dp_exposed=dp_exposed, optimizer=opt,
+            overhead=self.cal.step_overhead_s, weights=w, grads=gr, opt_state=os_, logits=logits,
+            reserve=RESERVE * g.usable_bytes, act_per_mb=S * ly.act_bytes * interleave,
+            eval_s=eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly.fwd + hf, self.b.eval_overhead_s))
+        self._cost_cache[key] = out
         return out
 
     def _rank_params(self, lay: Layout) -> float:
@@ -390,32 +447,17 @@ class Model:
             self._samples_cache[gbs] = hit
         return hit
 
-    def quick(self, lay: Layout) -> tuple[float, float]:
-        """(predicted minutes, memory bytes per GPU): the search's inner loop."""
-        st = self._stage(lay)
-        m = lay.microbatches
-        mem = st["mem_static"] + st["act_mb"] * (min(lay.pp, m) if lay.pp > 1 else 1)
-        return self.minutes(st, lay.gbs), mem
+    def _train_eval_fixed(self, cost: ShapeCost, gbs: int) -> tuple[float, float, float, float, bool, float]:
+        """(train s, evaluations s, fixed s, samples, inside the RCP range, evaluations) of a run
+        at `gbs`: time-to-train = steps to the target · step + evaluations + fixed."""
+        samples, inside = self._samples(gbs)
+        evals = self.b.evals(samples, gbs)
+        return samples / gbs * cost.step_s(gbs), evals * cost.eval_s, self._fixed_s(), samples, inside, evals
 
-    def step_costs(self, lay: Layout) -> dict:
-        """The per-step costs of `lay`'s model-parallel shape, recompute and precision (its global
-        batch is not read): what `minutes` prices a global batch with."""
-        return self._stage(lay)
-
-    def minutes(self, st: dict, gbs: int) -> float:
-        """Predicted minutes at global batch `gbs` for the shape whose `step_costs` are `st`."""
-        pp, vpp, dp, mbs = st["shape"]
-        m = gbs // (dp * mbs)
-        step = (m * (st["t_f"] + st["t_b"] + st["p2p"]) + (pp - 1) / vpp * (st["t_f"] + st["t_b"])
-                + st["dp"] + st["opt"] + self.cal.step_overhead_s)
-        samples, _ = self._samples(gbs)
-        return (samples / gbs * step + self.b.evals(samples, gbs) * st["t_eval"] + self._fixed_s()) / 60
-
-    def _eval_time(self, lay: Layout, st: dict) -> float:
-        """One evaluation: forward only over the eval set, same layout, its own pipeline fill, and
-        the benchmark's measured fixed cost of entering and leaving validation."""
-        return eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, st["L"] * st["ly"]["fwd"] + st["hf"],
-                         self.b.eval_overhead_s)
+    def minutes(self, cost: ShapeCost, gbs: int) -> float:
+        """Predicted minutes at global batch `gbs` for the shape whose cost is `cost`."""
+        train, ev, fixed = self._train_eval_fixed(cost, gbs)[:3]
+        return (train + ev + fixed) / 60
 
     def _fixed_s(self) -> float:
         """Seconds on the clock once per run: the calibrated start-up share plus the benchmark's
@@ -423,33 +465,17 @@ class Model:
         return self.cal.run_overhead_s + self.b.first_eval_s
 
     def estimate(self, lay: Layout) -> Estimate:
-        c, g = self.cfg, self.gpu
-        st = self._stage(lay)
-        ly, L = st["ly"], st["L"]
-        m = lay.microbatches
-        per_mb = st["t_f"] + st["t_b"] + st["p2p"]
-        bubble = (lay.pp - 1) / lay.vpp * (st["t_f"] + st["t_b"])
-        step = m * per_mb + bubble + st["dp"] + st["opt"] + self.cal.step_overhead_s
-        breakdown = {
-            "compute": m * (L * ly["compute"] + st["hf"] + st["hb"]),
-            "tp": m * L * ly["tp"],
-            "cp": m * L * ly["cp"],
-            "pp_bubble": bubble,
-            "dp": st["dp"],
-            "other": m * (L * ly["other"] + st["p2p"]) + st["opt"] + self.cal.step_overhead_s,
-        }
-        tps = lay.gbs * c.seq_len / step
+        g = self.gpu
+        cost = self.cost(lay)
+        step = cost.step_s(lay.gbs)
+        tps = lay.gbs * self.cfg.seq_len / step
         mfu_bf16 = tps * self.model_fpt / (self.cl.n_gpus * g.peak("bf16"))
         mfu = tps * self.model_fpt / (self.cl.n_gpus * g.peak(lay.precision))
-        samples, inside = self._samples(lay.gbs)
-        evals = self.b.evals(samples, lay.gbs)
-        return Estimate(layout=lay, step_time_s=step, breakdown=breakdown, memory=self.memory(lay),
+        train, ev, fixed, samples, inside, evals = self._train_eval_fixed(cost, lay.gbs)
+        return Estimate(layout=lay, step_time_s=step, breakdown=cost.breakdown(lay.gbs), memory=cost.memory(lay.gbs),
                         capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
                         rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
-                        evals=evals, train_s=samples / lay.gbs * step, eval_s=evals * self._eval_time(lay, st),
-                        overhead_s=self._fixed_s(), sd_software=self.cal.software_sd,
-                        sd_config=self.cal.config_sd_for(self.b.mlperf),
-                        sd_convergence=self.sd_conv)
+                        evals=evals, train_s=train, eval_s=ev, overhead_s=fixed)
 
 
 def eval_time(eval_samples: float, dp: int, mbs: int, pp: int, fwd_s: float, overhead_s: float) -> float:
@@ -467,4 +493,4 @@ def best_precision(cl: Cluster, ceiling: str = "fp4") -> list[str]:
     return [p for p in cl.gpu.precisions() if p in allowed]
 
 
-__all__ = ["Layout", "Estimate", "Model", "best_precision", "eval_time"]
+__all__ = ["Layout", "LayerCost", "ShapeCost", "Estimate", "Model", "best_precision", "eval_time"]

@@ -26,11 +26,11 @@ def plot_sweep(points, bench: str, out: str | Path, cost_panel: bool = False) ->
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     kinds = list(dict.fromkeys(p.gpu for p in points))
     for k in kinds:
-        pts = [p for p in points if p.gpu == k and p.estimate is not None]
+        pts = [p for p in points if p.gpu == k and p.prediction is not None]
         if pts:
             xs = [p.n_gpus for p in pts]
-            line, = ax1.plot(xs, [p.estimate.minutes for p in pts], marker="o", label=k)
-            ax1.fill_between(xs, [p.estimate.minutes_p10 for p in pts], [p.estimate.minutes_p90 for p in pts],
+            line, = ax1.plot(xs, [p.prediction.minutes for p in pts], marker="o", label=k)
+            ax1.fill_between(xs, [p.prediction.minutes_p10 for p in pts], [p.prediction.minutes_p90 for p in pts],
                              color=line.get_color(), alpha=0.15, linewidth=0)
     ax1.set_xscale("log", base=2)
     ax1.set_yscale("log")
@@ -39,11 +39,11 @@ def plot_sweep(points, bench: str, out: str | Path, cost_panel: bool = False) ->
     ax1.set_title(f"{bench}: scaling (band: 80% interval)")
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend()
-    first = [p for p in points if p.gpu == kinds[0] and p.estimate is not None]
+    first = [p for p in points if p.gpu == kinds[0] and p.prediction is not None]
     xs = [str(p.n_gpus) for p in first]
     bottom = [0.0] * len(first)
     for key, label in CATEGORIES:
-        vals = [p.estimate.breakdown[key] / p.estimate.step_time_s * 100 for p in first]
+        vals = [p.prediction.estimate.breakdown[key] / p.prediction.estimate.step_time_s * 100 for p in first]
         ax2.bar(xs, vals, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax2.set_xlabel("GPUs")
@@ -64,13 +64,13 @@ def _cost_panel(ax, points, kinds: list[str]) -> None:
     """Cost (USD when priced, else GPU-hours) against predicted minutes, one line per GPU kind."""
     priced = any(p.cost is not None and p.cost.cost_usd is not None for p in points)
     for k in kinds:
-        pts = [p for p in points if p.gpu == k and p.estimate is not None and p.cost is not None]
+        pts = [p for p in points if p.gpu == k and p.prediction is not None and p.cost is not None]
         if not pts:
             continue
         ys = [p.cost.cost_usd if priced else p.cost.gpu_hours for p in pts]
-        ax.plot([p.estimate.minutes for p in pts], ys, marker="o", label=k)
+        ax.plot([p.prediction.minutes for p in pts], ys, marker="o", label=k)
         for p, y in zip(pts, ys):
-            ax.annotate(str(p.n_gpus), (p.estimate.minutes, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(str(p.n_gpus), (p.prediction.minutes, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted time-to-train (min)")

@@ -47,8 +47,7 @@ def _gbs_candidates(model: Model, dp: int, mbs: int, fixed: int | None) -> list[
 
 
 def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
-    """(tp, cp, pp, dp, vpp, mbs, global batches) of every structurally valid layout, in the
-    order `layouts` yields them."""
+    """(tp, cp, pp, dp, vpp, mbs, global batches) of every structurally valid layout."""
     c, g = model.cfg, model.gpu
     tps = [t for t in POW2 if t <= g.nvlink_domain and c.n_head % t == 0 and c.kv_heads % t == 0
            and n_gpus % t == 0]
@@ -72,17 +71,16 @@ def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
                             yield tp, cp, pp, dp, vpp, mbs, bs
 
 
-def layouts(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
-            precision: str | None = None, fix: dict | None = None):
-    """Yield every structurally valid layout (memory not yet checked)."""
-    fix = fix or {}
-    precs = [precision] if precision else best_precision(model.cl, ceiling)
-    rcs = RECOMPUTE if "recompute" not in fix else [fix["recompute"]]
-    for tp, cp, pp, dp, vpp, mbs, bs in _shapes(model, n_gpus, gbs, fix):
-        for b in bs:
-            for rc in rcs:
-                for pr in precs:
-                    yield Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b, recompute=rc, precision=pr)
+@dataclass(frozen=True)
+class Candidate:
+    """A layout that fits memory, with its predicted minutes: what the search ranks."""
+
+    minutes: float
+    layout: Layout
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.layout.shape
 
 
 def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp4",
@@ -91,52 +89,49 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
     """The `top` fastest fitting layouts. With `proven` (a set of (tp, pp, cp)), layouts of those
     shapes rank before all others, each group fastest first; with `proven_precisions` as well,
     within each group the layouts in those formats rank before the others."""
-    scored: list[tuple] = []  # (minutes, tp, pp, dp, cp, vpp, mbs, gbs, recompute, precision)
+    scored: list[Candidate] = []
     closest: tuple[float, Layout] | None = None
     n = 0
     cap = model.capacity()
     fix = fix or {}
     precs = [precision] if precision else best_precision(model.cl, ceiling)
     rcs = RECOMPUTE if "recompute" not in fix else [fix["recompute"]]
-    # the same loop as `layouts`, but each model-parallel shape's per-step costs are looked up
-    # once and only the layouts that fit memory become Layout objects: the search's inner loop
+    # each model-parallel shape's ShapeCost is looked up once and priced at every global batch
     for tp, cp, pp, dp, vpp, mbs, bs in _shapes(model, n_gpus, gbs, fix):
-        costs = [(rc, pr, model.step_costs(Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=bs[0],
-                                                  recompute=rc, precision=pr)))
+        costs = [(rc, pr, model.cost(Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=bs[0],
+                                            recompute=rc, precision=pr)))
                  for rc in rcs for pr in precs]
         for b in bs:
-            m = b // (dp * mbs)
             fitted: set = set()
             for rc, pr, st in costs:
                 n += 1
                 if pr in fitted:
                     continue  # a cheaper recompute setting already fits: more recompute only costs time
-                mem = st["mem_static"] + st["act_mb"] * (min(pp, m) if pp > 1 else 1)
-                if mem > cap:
-                    if closest is None or mem < closest[0]:
-                        closest = (mem, Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b,
-                                               recompute=rc, precision=pr))
+                mem = st.memory_bytes(b)
+                fits = mem <= cap
+                if not fits and closest is not None and mem >= closest[0]:
+                    continue
+                # only layouts that fit (or the smallest that does not) become Layout objects
+                lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b, recompute=rc, precision=pr)
+                if not fits:
+                    closest = (mem, lay)
                     continue
                 fitted.add(pr)
-                scored.append((model.minutes(st, b), tp, pp, dp, cp, vpp, mbs, b, rc, pr))
+                scored.append(Candidate(model.minutes(st, b), lay))
     if proven is not None:
         pp_ok = proven_precisions
-        scored.sort(key=lambda x: ((x[1], x[2], x[4]) not in proven, pp_ok is not None and x[9] not in pp_ok, x[0]))
+        scored.sort(key=lambda x: (x.shape not in proven, pp_ok is not None and x.layout.precision not in pp_ok,
+                                   x.minutes))
     else:
-        scored.sort(key=lambda x: x[0])
-    best = [model.estimate(_layout(x)) for x in scored[:top]]
+        scored.sort(key=lambda x: x.minutes)
+    best = [model.estimate(x.layout) for x in scored[:top]]
     unfit = model.estimate(closest[1]) if closest and not scored else None
     fastest = None
     if proven is not None and scored:
-        quick = min(scored, key=lambda x: x[0])
+        quick = min(scored, key=lambda x: x.minutes)
         if quick != scored[0]:
-            fastest = model.estimate(_layout(quick))
+            fastest = model.estimate(quick.layout)
     return SearchResult(best=best, evaluated=n, closest_unfit=unfit, fastest_unranked=fastest)
-
-
-def _layout(x: tuple) -> Layout:
-    _, tp, pp, dp, cp, vpp, mbs, gbs, rc, pr = x
-    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, recompute=rc, precision=pr)
 
 
 def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
@@ -164,4 +159,4 @@ def fits_hint(model: Model, lay: Layout) -> str:
     return f"needs {mem.total / 1e9:.1f} GB of {cap / 1e9:.1f} GB ({(mem.total - cap) / 1e9:.1f} GB over)"
 
 
-__all__ = ["search", "layouts", "parse_layout", "check_layout", "SearchResult"]
+__all__ = ["search", "parse_layout", "check_layout", "SearchResult", "Candidate"]

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError, ModelConfig, list_recipes, load_recipe
+from trainperf.rules import rules_for
 
-RULES = Path(__file__).with_name("benchmarks.toml")
+RULES = Path(__file__).with_name("benchmarks.toml")  # the closed rules themselves: trainperf/rules
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ def max_precision(round_: str) -> str:
     return table.get(round_.lstrip("v"), "fp4")
 
 
+def _closed_rules(mlperf: str) -> dict:
+    """The evaluation rules of the newest round, as rules/mlperf.toml states them."""
+    rule = rules_for(mlperf)
+    if rule is None:
+        raise ConfigError(f"plan: rules/mlperf.toml has no [{mlperf}]")
+    out = {"eval_every_samples": rule.eval_every_samples, "skip_evals": tuple(rule.skip_evals)}
+    if rule.eval_samples is not None:
+        out["eval_samples"] = rule.eval_samples
+    return out
+
+
 def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | None = None,
                    gbs: int | None = None) -> Benchmark:
     """The benchmark `name` (recipe name or MLPerf name). The model comes from `recipes/<name>.toml`
@@ -103,11 +115,12 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
     key = next((k for k in known() if name in (k, rules[k]["mlperf"])), None)
     if key is None:
         raise ConfigError(f"plan: unknown benchmark '{name}' (known: {', '.join(known())})")
-    r = dict(rules[key])
+    r = {**_closed_rules(rules[key]["mlperf"]), **rules[key]}
     round_ = resolve_round(r["mlperf"], round_)
     over = r.get(f"v{round_.replace('.', '_')}")
     if over:
         r.update(over)
+    r["skip_a"], r["skip_b"] = r["skip_evals"]
     if model is None:
         if key not in list_recipes():
             raise ConfigError(f"plan: recipes/{key}.toml not found (the planner takes the model from the recipe)")
