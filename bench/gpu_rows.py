@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROWS = ["tiny", "llama1b_bf16", "llama1b_fp8", "hf_llama1b", "tp_llama1b"]
-BUDGET_S = {"tiny": 100, "llama1b_bf16": 110, "llama1b_fp8": 110, "hf_llama1b": 50, "tp_llama1b": 50}
+BUDGET_S = {"tiny": 80, "llama1b_bf16": 120, "llama1b_fp8": 120, "hf_llama1b": 50, "tp_llama1b": 50}
 DRY_BUDGET_S = 240  # per row on a 2-core CPU, mostly torch's import
 
 # what one GPU leaves untested: every path that crosses a process boundary

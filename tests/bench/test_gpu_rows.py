@@ -82,3 +82,9 @@ def test_a_dry_row_runs_in_its_own_process_and_is_written(tmp_path, capsys, row)
     assert rows[0]["train_losses"] and rows[0]["graph_breaks"] == 0 and rows[0]["recompiles_in_timed_run"] == 0
     assert rows[0]["attention_fused"]
     assert "one GPU cannot test: every NCCL path" in printed
+
+
+def test_the_rows_fit_seven_minutes_of_a_lent_gpu():
+    # 15 minutes a lease, its start (a few minutes) and the setup included: the rows get 7
+    assert sum(gpu_rows.BUDGET_S.values()) <= 7 * 60
+    assert set(gpu_rows.BUDGET_S) == set(gpu_rows.ROWS) and gpu_rows.ROWS[0] == "tiny"
