@@ -132,9 +132,13 @@ def time_impl(impl: str, cfg: ModelConfig, batch: int, precision: str, device: t
     peak = device_peak(device, precision)
     fpt = flops_per_token(cfg)
     return {"impl": impl + ("+compile" if compile else "") + ("+fp8" if fp8 else ""), "precision": precision, "tokens_per_s": tps,
-            "step_time_s": med, "mfu": tps * fpt / peak.flops, "peak_flops": peak.flops,
+            "step_time_s": med, "mfu": peak.mfu(tps * fpt), "peak_flops": peak.flops,
             "peak_source": peak.source, "peak_mem_gb": peak_mem_gb(device), "first_step_s": first_step,
             "loss": float(loss.detach())}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                     "vocab": cfg.vocab_size, "dtype": prec})
                 rows.append(r)
                 print(f"{name:<12} {r['impl']:<20} {prec:<5} {r['tokens_per_s']:>10,.0f} "
-                      f"{1e3 * r['step_time_s']:>9.1f} {100 * r['mfu']:>6.1f}% {r['peak_mem_gb']:>7.2f} "
+                      f"{1e3 * r['step_time_s']:>9.1f} {_pct(r['mfu']):>7} {r['peak_mem_gb']:>7.2f} "
                       f"{ratio:>7.2f}x {r['first_step_s']:>10.1f}", flush=True)
     if rows:
         print(f"MFU relative to: {rows[-1]['peak_source']}")

@@ -45,6 +45,12 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename inside `path` durable, for writers that rename by hand (a file several
+    processes fill before one renames it)."""
+    _fsync_dir(Path(path))
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically (the folder must exist)."""
     path = Path(path)

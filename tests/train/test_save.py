@@ -1,5 +1,6 @@
-"""The final weights: every rank writes only its own shards, and one streaming conversion makes the
-file from them, one whole tensor at a time (2 gloo processes: FSDP2, and a pipeline with LoRA)."""
+"""The final weights: every rank writes only its own shards, and a streaming conversion makes the
+file from them, each rank its share, one whole tensor at a time (2 gloo processes: FSDP2, and a
+pipeline with LoRA), equal to one process's weights tensor for tensor."""
 
 import os
 import socket
@@ -27,10 +28,11 @@ def _recipe(layout: list[str]):
     return load_recipe("tiny", MODEL + layout)
 
 
-def _watch(out: Path, record: dict) -> None:
-    """Rank 0's conversion, watched: the size of each rank's shard file, and how many whole
-    tensors read before the current one are still alive when it is read (adapters aside: small)."""
-    read, write = save._read_tensor, save.write_safetensors
+def _watch(record: dict) -> None:
+    """This rank's part of the conversion, watched: the shard files, the tensors it wrote, and how
+    many whole tensors read before the current one are still alive when it is read (adapters aside:
+    small)."""
+    read, write = save._read_tensor, save.write_share
     alive: list = []
 
     def watched_read(shards, key, meta):
@@ -41,11 +43,12 @@ def _watch(out: Path, record: dict) -> None:
             alive.append(weakref.ref(t))
         return t
 
-    def watched_write(shards, cfg, path):
+    def watched_write(shards, cfg, path, rank=0, world=1):
         record["files"] = {p.name: p.stat().st_size for p in shards.glob("*.distcp")}
-        return write(shards, cfg, path)
+        record["wrote"] = write(shards, cfg, path, rank, world)
+        return record["wrote"]
 
-    save._read_tensor, save.write_safetensors = watched_read, watched_write
+    save._read_tensor, save.write_share = watched_read, watched_write
 
 
 def _worker(rank: int, port: int, root: str) -> None:
@@ -63,10 +66,9 @@ def _worker(rank: int, port: int, root: str) -> None:
         record: dict = {}
         if env.is_main:
             out.mkdir()
-            _watch(out, record)
+        _watch(record)
         save.save_final(parts, r, out, env, SimpleNamespace(path=Path(root) / "no-data"))
-        if env.is_main:
-            torch.save(record, out / "record.pt")
+        torch.save(record, out / f"record{rank}.pt")
     env.close()
 
 
@@ -86,12 +88,16 @@ def test_sharded_export_equals_one_process_one_tensor_at_a_time(tmp_path):
         assert sorted(got) == sorted(want), name
         for k in want:
             assert torch.equal(got[k], want[k]), (name, k)
-        record = torch.load(tmp_path / name / "record.pt")
-        assert record["max_alive"] == 0, name  # each whole tensor dropped before the next is read
-        files = record["files"]
+        records = [torch.load(tmp_path / name / f"record{rank}.pt") for rank in (0, 1)]
+        for record in records:
+            assert record["max_alive"] == 0, name  # each whole tensor dropped before the next is read
+        # both ranks wrote part of the file, no tensor twice
+        wrote = [set(record["wrote"]) for record in records]
+        assert all(wrote) and not wrote[0] & wrote[1] and wrote[0] | wrote[1] == set(want), name
+        files = records[0]["files"]
         total = sum(v.numel() * v.element_size() for v in model.state_dict().values())
         assert len(files) == 2 and all(size < 0.8 * total for size in files.values()), (name, files, total)
-        assert not (tmp_path / name / save.SHARDS).exists()
+        assert not (tmp_path / name / save.SHARDS).exists() and not (tmp_path / name / save.PARTIAL).exists()
     adapters = load_file(tmp_path / "pp_lora" / "adapters.safetensors")
     lora = {k: v for k, v in model.state_dict().items() if ".lora_" in k}
     assert sorted(adapters) == sorted(lora) and all(torch.equal(adapters[k], lora[k]) for k in lora)

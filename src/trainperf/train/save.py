@@ -2,11 +2,12 @@
 for LoRA), written atomically, without any rank ever holding the whole model.
 
 Every rank writes the shards it holds (its FSDP/TP shards, its pipeline stages) with
-`torch.distributed.checkpoint` into a hidden folder of the run; rank 0 then converts that folder into
-one safetensors file, one tensor at a time: each whole tensor is read from the shard files, merged
-(LoRA), written and dropped before the next is read. The largest thing any process holds is one
-whole tensor (the embedding), never the model; a gather of every stage through rank 0 ran out of
-memory at real sizes.
+`torch.distributed.checkpoint` into a hidden folder of the run. Those are then converted into one
+safetensors file, one tensor at a time: the header is known from the shards' metadata, so rank 0
+writes it and the file's full size, and every rank fills its share of the tensors at their offsets,
+each whole tensor read from the shard files, merged (LoRA), written and dropped before the next is
+read. The largest thing any process holds is one whole tensor (the embedding), never the model; a
+gather of every stage through rank 0 ran out of memory at real sizes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
+import os
 import shutil
 import struct
 import warnings
@@ -30,6 +33,7 @@ from trainperf.parallel.apply import unwrap
 from trainperf.parallel.env import DistEnv
 
 SHARDS = ".final_shards"  # the run's hidden folder of per-rank shards, removed once converted
+PARTIAL = ".model.safetensors.partial"  # the file while the ranks write it, renamed when complete
 
 # torch dtype -> safetensors dtype name (the format's spec: huggingface.co/docs/safetensors)
 _ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -55,8 +59,17 @@ def save_final(parts: torch.nn.Module | list[torch.nn.Module], r: Recipe, out: P
     with _single_process_is_meant():
         dcp.save(sd, checkpoint_id=str(shards), no_dist=not (dist.is_available() and dist.is_initialized()))
     del sd
+    # the file is written by every rank at once, each its share of the tensors at their offsets: one
+    # rank converting a 405B model alone would keep the others waiting past the collectives' timeout
+    final, partial = out / "model.safetensors", out / PARTIAL
     if env.is_main:
-        write_safetensors(shards, r.model, out / "model.safetensors")
+        start_safetensors(shards, r.model, partial)
+    env.barrier()
+    write_share(shards, r.model, partial, env.rank, env.world_size)
+    env.barrier()  # every share written and flushed
+    if env.is_main:
+        os.replace(partial, final)
+        atomic.fsync_dir(out)
         if r.model.lora_rank > 0:
             save_adapters(dict(read_tensors(shards, lambda k: ".lora_" in k)), out / "adapters.safetensors")
         shutil.rmtree(shards)
@@ -89,7 +102,7 @@ def _read_tensor(shards: Path, key: str, meta) -> torch.Tensor:
     import torch.distributed.checkpoint as dcp
 
     t = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
-    # no_dist: rank 0 reads alone while the others wait at the barrier
+    # no_dist: each rank reads the tensors it converts on its own, no collective
     with _single_process_is_meant():
         dcp.load({key: t}, checkpoint_id=str(shards), no_dist=True)
     return t
@@ -116,50 +129,74 @@ def _plan(meta: dict, cfg: ModelConfig) -> list[tuple[str, str, torch.dtype, tup
     return out
 
 
-def final_tensors(shards: Path, cfg: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
-    """The final file's tensors, one whole tensor at a time (a LoRA base weight comes with its two
-    small adapters, merged by the model's own rule)."""
-    meta = _tensor_meta(shards)
-    for name, key, _, _ in _plan(meta, cfg):
-        t = _read_tensor(shards, key, meta[key])
-        if ".base." in key and key.endswith(".weight"):
-            prefix = key.rsplit(".base.", 1)[0]
-            one = {key: t, **{f"{prefix}.{a}": _read_tensor(shards, f"{prefix}.{a}", meta[f"{prefix}.{a}"])
-                              for a in ("lora_a", "lora_b")}}
-            t = merge_lora(one, cfg)[name]
-            del one
-        yield name, t
+def _final_tensor(shards: Path, meta: dict, key: str, name: str, cfg: ModelConfig) -> torch.Tensor:
+    """One tensor of the final file, whole: a LoRA base weight comes merged (by the model's own
+    rule) with its two small adapters."""
+    t = _read_tensor(shards, key, meta[key])
+    if ".base." in key and key.endswith(".weight"):
+        prefix = key.rsplit(".base.", 1)[0]
+        one = {key: t, **{f"{prefix}.{a}": _read_tensor(shards, f"{prefix}.{a}", meta[f"{prefix}.{a}"])
+                          for a in ("lora_a", "lora_b")}}
         del t
+        return merge_lora(one, cfg)[name]
+    return t
 
 
-def write_safetensors(shards: Path, cfg: ModelConfig, path: Path) -> None:
-    """Stream the shards into one safetensors file: the header first (names, dtypes, shapes and
-    offsets are known from the shards' metadata), then each tensor's bytes as it is read."""
-    plan = _plan(_tensor_meta(shards), cfg)
+def _layout(shards: Path, cfg: ModelConfig) -> tuple[bytes, list[tuple[str, str, torch.dtype, tuple, int, int]]]:
+    """The file's header (names, dtypes, shapes and offsets, all known from the shards' metadata)
+    and, per tensor, (name, shard key, dtype, shape, start, end) of its bytes in the file."""
     header: dict = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, _, dtype, shape in plan:
+    items, offset = [], 0
+    for name, key, dtype, shape in _plan(_tensor_meta(shards), cfg):
         if dtype not in _ST_DTYPES:
             raise TypeError(f"{name}: dtype {dtype} has no safetensors name")
-        n = dtype.itemsize
-        for s in shape:
-            n *= s
+        n = dtype.itemsize * math.prod(shape)
         header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        items.append((name, key, dtype, shape, offset, offset + n))
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the format pads the header to 8 bytes with spaces
-    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        # no zip() or enumerate(): they keep their last tuple, and the tensor in it, while the next is read
-        i = 0
-        for name, t in final_tensors(shards, cfg):
-            want, _, dtype, shape = plan[i]
-            i += 1
-            if name != want or t.dtype != dtype or tuple(t.shape) != shape:
-                raise RuntimeError(f"{shards}: '{name}' is not the tensor its header announced ({want})")
+    return struct.pack("<Q", len(raw)) + raw, items
+
+
+def start_safetensors(shards: Path, cfg: ModelConfig, path: Path) -> None:
+    """The file at its final size, its header written; the tensors' bytes come from `write_share`."""
+    head, items = _layout(shards, cfg)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + (items[-1][5] if items else 0))
+
+
+def shares(items: list, world: int) -> list[int]:
+    """The rank that writes each tensor: the largest first, each to the rank with the fewest bytes
+    so far (every rank computes the same answer from the same metadata)."""
+    load, owner = [0] * world, [0] * len(items)
+    for i in sorted(range(len(items)), key=lambda i: (items[i][4] - items[i][5], i)):
+        owner[i] = min(range(world), key=lambda r: (load[r], r))
+        load[owner[i]] += items[i][5] - items[i][4]
+    return owner
+
+
+def write_share(shards: Path, cfg: ModelConfig, path: Path, rank: int = 0, world: int = 1) -> list[str]:
+    """This rank's share of the tensors into the started file, one whole tensor at a time: each read
+    from the shards (a LoRA base weight merged with its two small adapters), written at its offset
+    and dropped before the next is read. Returns the names written."""
+    head, items = _layout(shards, cfg)
+    meta, owner, done = _tensor_meta(shards), shares(items, world), []
+    with open(path, "r+b") as f:
+        for (name, key, dtype, shape, start, end), who in zip(items, owner):
+            if who != rank:
+                continue
+            t = _final_tensor(shards, meta, key, name, cfg)
+            if t.dtype != dtype or tuple(t.shape) != shape:
+                raise RuntimeError(f"{shards}: '{name}' is not the tensor the header announced")
+            f.seek(len(head) + start)
             f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
             del t
+            done.append(name)
+        f.flush()
+        os.fsync(f.fileno())
+    return done
 
 
 def load_model_config(run_dir: Path) -> ModelConfig:
