@@ -319,3 +319,19 @@ def test_cross_fitted_coverage_judges_each_half_by_the_other(rows):
     for b, d in per.items():
         lo, hi = d["coverage_80_ci90_cross_fitted"]
         assert lo <= d["coverage_80_pct_cross_fitted"] <= hi and lo < 80 <= hi, (b, d)
+
+
+def test_validation_splits_by_submitter_and_round(rows):
+    """NVIDIA's rows (the fit) against every other submitter's, older rounds against newer: the
+    populations a fit-and-check on one population would hide the difference between."""
+    s = summary(rows)
+    pop = s["by_population"]
+    assert pop["submitter"]["NVIDIA"]["rows"] == s["fit"]["rows"]
+    assert pop["submitter"]["others"]["rows"] == s["held_out"]["rows"]
+    old, new = pop["round"]["before 5.0"], pop["round"]["5.0 and later"]
+    assert old["rows"] + new["rows"] == s["fit"]["rows"] + s["held_out"]["rows"]
+    assert sum(d["rows"] for d in pop["each_round"].values()) == old["rows"] + new["rows"]
+    assert set(pop["each_round"]) >= {"4.1", "5.0", "5.1"}
+    # as measured 2026-12-06 (docs/plan-validation.md): the same direction as on the external set
+    assert pop["submitter"]["others"]["mape"] > pop["submitter"]["NVIDIA"]["mape"]
+    assert old["mape"] > new["mape"]

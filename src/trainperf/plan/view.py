@@ -301,6 +301,7 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
     c.print(_error_table(s, benches))
+    c.print(_population_table(s["by_population"]))
     c.print(_named_table(s, benches))
     c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
             f"of configurations NVIDIA did not submit {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
@@ -310,6 +311,21 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
         c.print(f"cross-fitted coverage: the band-calibration half's rows judged with the configuration spread "
                 f"{_sds(cross_sd, cross_by or {})} calibrated on the evaluation half the same way (not shipped)")
     c.print(f"calibration: {cal.fitted_on}")
+
+
+def _population_table(pop: dict):
+    """Error by submitter (NVIDIA's are the fit rows) and by round."""
+    from rich.table import Table
+
+    t = Table(title="by population: NVIDIA's results (fitted on) against the other submitters', older rounds "
+                    "against newer: how far the fit carries")
+    for col in ("split", "group", "rows", "MAPE", "signed", "in 80% band"):
+        t.add_column(col, justify="left" if col in ("split", "group") else "right")
+    for split, groups in pop.items():
+        for g, d in groups.items():
+            t.add_row(split.replace("_", " "), g, str(d["rows"]), f"{d['mape']:.1f}%", f"{d['mean_signed_pct']:+.1f}%",
+                      f"{d['coverage_80_pct']:.1f}%")
+    return t
 
 
 def _error_table(s: dict, benches: list[str]):
