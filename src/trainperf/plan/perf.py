@@ -387,6 +387,9 @@ class Model:
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
         if self.stack.fully_sharded:
+            # SEAM (pytorch stack memory): plan/stack_memory.py, the trainer's own accounting that
+            # `run --dry-run` checks against traced memory, replaces fsdp_state_bytes here (and,
+            # with it, the activation count ShapeCost.act_per_mb reads) when it lands
             layer = p["lora_layer"] if self.b.lora else p["layer"] / lay.tp
             w, gr, opt = fsdp_state_bytes(trainable, frozen, layer, lay.dp * lay.cp)
         else:
