@@ -318,7 +318,7 @@ class Validation:
 
     def to_dict(self) -> dict:
         cal = self.calibration
-        return {"summary": self.summary,
+        return {"stack": "megatron", "summary": self.summary,
                 "calibration": {"fitted_on": cal.fitted_on, "source": cal.source, "software_sd": cal.software_sd,
                                 "config_sd": cal.config_sd, "config_sd_by_benchmark": cal.config_sd_by_benchmark,
                                 "band_calibrated_on": cal.band_calibrated_on,

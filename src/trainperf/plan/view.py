@@ -278,7 +278,7 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
     from rich.table import Table
 
     c = _console()
-    t = Table(title="published MLPerf results: predicted vs actual minutes")
+    t = Table(title="published MLPerf results: predicted (megatron stack) vs actual minutes")
     for col in ("round", "benchmark", "submitter", "GPUs", "accelerator", "GBS", "actual", "predicted",
                 "p10-p90", "error", "submitted", "precision", "split"):
         t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "p10-p90", "error",
