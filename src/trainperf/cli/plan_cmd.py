@@ -53,7 +53,22 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="facility overhead on the GPUs' TDP energy (default 1.2, an assumption)")
     p.add_argument("--calibrate", metavar="RUNDIR", default=None,
                    help="refit the compute efficiency from a trainperf run's summary.json")
+    p.add_argument("--stack", choices=["megatron", "pytorch"], default=None,
+                   help="the software that runs it: megatron (NVIDIA's Megatron/NeMo, what the MLPerf fit describes; "
+                        "default for a benchmark) or pytorch (FSDP2, DTensor TP, torch.compile, torchao Float8: "
+                        "trainperf's trainer; default for --model and --calibrate)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _stack(args) -> str:
+    """--stack, else pytorch where the plan is for trainperf's trainer (a --model, --calibrate from
+    a trainperf run), else megatron (a benchmark, as MLPerf's results ran it). A benchmark's
+    --emit-run keeps megatron until `run --dry-run`'s planner check prices the pytorch stack too
+    (cli/dry_run.py), so that the command it prints passes that check."""
+    if args.stack:
+        return args.stack
+    ours = getattr(args, "model", None) or args.calibrate
+    return "pytorch" if ours else "megatron"
 
 
 def _plan_opts() -> argparse.ArgumentParser:
@@ -62,8 +77,14 @@ def _plan_opts() -> argparse.ArgumentParser:
     p.add_argument("--vs", default=None, metavar="GPU", help="also plan on this GPU kind and report the speed-up")
     p.add_argument("--explain", action="store_true", help="where the step time and memory go")
     p.add_argument("--layout", default=None, help="fix part of the layout: tp=,pp=,vpp=,dp=,cp=,mbs=,gbs=,recompute=,precision=")
-    p.add_argument("--precision", choices=["bf16", "fp8", "fp4"], default=None,
-                   help="matmul format (default: the fastest the GPU has)")
+    p.add_argument("--precision", choices=["fp16", "bf16", "fp8", "fp4"], default=None,
+                   help="matmul format (default: the fastest the GPU has; fp16 at the 16-bit rate, as A100-era runs)")
+    p.add_argument("--model", default=None, metavar="M",
+                   help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
+                        "config.json, or layers=,d_model=,heads=,kv_heads=,ffn=,vocab=,seq=,family=gpt|llama")
+    p.add_argument("--seq-len", type=int, default=None, metavar="N", help="--model: the sequence length")
+    p.add_argument("--tokens", type=float, default=None, metavar="N",
+                   help="--model: the token budget to train (time-to-train); without it step time and throughput")
     p.add_argument("--samples", type=float, default=None, metavar="N",
                    help="training samples to reach the target (default: the RCP mean at the global batch)")
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
@@ -91,7 +112,7 @@ def add_parser(sub, common) -> None:
     v.add_argument("--calibrate", metavar="RUNDIR", default=None, help="with the efficiency refit from this run")
     v.add_argument("--gpu", default=None, help="with --calibrate: the GPU kind a non-catalog run stands for")
     v.add_argument("--json", action="store_true", help="machine-readable output")
-    v.set_defaults(handler=cmd_validate)
+    v.set_defaults(handler=cmd_validate, stack="megatron")  # MLPerf's results ran on Megatron/NeMo
 
     s = verbs.add_parser("sweep", parents=[common], help="predict over GPU kinds and counts")
     s.add_argument("bench", help="the benchmark")
@@ -120,8 +141,9 @@ def _calibration(args):
         g = get_gpu(args.gpu.split(",")[0])
         note = (f"run measured on '{run.device}' (not a catalog GPU): its efficiency is applied to "
                 f"{g.generation} as asked by --gpu")
-    cal = refit_from_run(cal, g.generation, run)
-    note = note or f"{g.generation} efficiency refit from the run on {run.device}"
+    stack = _stack(args)
+    cal = refit_from_run(cal, g.generation, run, stack)
+    note = note or f"{g.generation} {stack} efficiency refit from the run on {run.device}"
     return cal, note
 
 
@@ -134,6 +156,8 @@ def _convergence(args):
     if args.samples is not None:
         return convergence.given(args.samples)
     if args.samples_from:
+        if not args.bench:
+            raise UsageError("--samples-from: reads an MLPerf benchmark's logs; for --model give --tokens")
         b = load_benchmark(args.bench)
         return convergence.from_logs(args.samples_from, b.mlperf, b.model.seq_len)
     return None
@@ -144,9 +168,14 @@ def cmd_plan(args) -> int:
     from trainperf.plan.api import make_plan, parse_gpu_count
     from trainperf.plan.cost import check
     from trainperf.plan.search import parse_layout
+    from trainperf.plan.workload import custom_workload
 
-    if not args.bench:
-        raise UsageError("plan: name a benchmark, or validate | sweep | calibrate")
+    if args.model and args.bench:
+        raise UsageError(f"plan: give a benchmark ('{args.bench}') or --model, not both")
+    if not args.bench and not args.model:
+        raise UsageError("plan: name a benchmark or give --model (or: validate | sweep | calibrate)")
+    if args.bench and (args.seq_len is not None or args.tokens is not None):
+        raise UsageError("--seq-len/--tokens: an MLPerf benchmark's rules fix its sequence and target; use --model")
     if not args.gpu or not args.gpus:
         raise UsageError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
     n = parse_gpu_count(args.gpus)
@@ -154,11 +183,15 @@ def cmd_plan(args) -> int:
         raise UsageError("--top must be >= 1")
     check(args.price, args.pue)
     cal, note = _calibration(args)
-    kw = dict(network=args.network, layout=parse_layout(args.layout) if args.layout else None, gbs=args.gbs,
+    kw = dict(stack=_stack(args), network=args.network, layout=parse_layout(args.layout) if args.layout else None, gbs=args.gbs,
               precision=args.precision, calib=cal, top=args.top, convergence=_convergence(args),
               explore=args.explore, price=args.price, pue=args.pue)
-    plan = _run(lambda: make_plan(args.bench, args.gpu, n, round_=args.round_, **kw))
-    other = _run(lambda: make_plan(plan.bench, args.vs, n, round_=plan.bench.round, **kw)) if args.vs else None
+    what = args.bench or custom_workload(args.model, args.seq_len, args.gbs)
+    plan = _run(lambda: make_plan(what, args.gpu, n, round_=args.round_, tokens=args.tokens, **kw))
+    other = _run(lambda: make_plan(plan.bench, args.vs, n, round_=args.round_ and plan.bench.round,
+                                   tokens=args.tokens, **kw)) if args.vs else None
+    if args.emit_run and not plan.bench.recipe:
+        raise UsageError(f"--emit-run: the model came from {plan.bench.model_source}, not a recipe `trainperf run` takes")
     if args.emit_run and not args.json:
         print(view.run_command(plan))
     elif args.json:
@@ -214,7 +247,7 @@ def cmd_sweep(args) -> int:
     cal, _ = _calibration(args)
     check(args.price, args.pue)
     points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs, round_=args.round_,
-                   explore=args.explore, price=args.price, pue=args.pue)
+                   explore=args.explore, price=args.price, pue=args.pue, stack=_stack(args))
     if args.plot:
         if not any(p.prediction for p in points):
             raise RunError("plan sweep: no point has a layout that fits; nothing to plot")

@@ -12,11 +12,12 @@ from trainperf.plan.convergence import Convergence
 from trainperf.plan.cost import Cost, cost_of
 from trainperf.plan.evidence import proven_precisions
 from trainperf.plan.evidence import proven_shapes as _proven_shapes
-from trainperf.plan.hardware import PRECISIONS, Cluster, cluster
+from trainperf.plan.hardware import FP16, PRECISIONS, Cluster, cluster, precision_rank
 from trainperf.plan.logged import Trend, software_trend
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.prediction import Prediction, predict
 from trainperf.plan.search import SearchResult, check_layout, fits_hint, search
+from trainperf.plan.stack import get_stack
 from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
 
 
@@ -35,6 +36,8 @@ class Plan:
     pue: float | None = None
     formats: frozenset | None = None  # formats NVIDIA ran the benchmark in on this GPU kind this round
     fastest_unpublished: Prediction | None = None  # the fastest layout, when evidence ranked another first
+    tokens: float | None = None  # a model that is not a benchmark: its token budget (None: step only)
+    stack: str = "megatron"  # the software priced (plan/stack.py)
 
     @property
     def cost(self) -> Cost:
@@ -48,7 +51,7 @@ class Plan:
     def trend(self) -> Trend | None:
         """For a round after the newest logged results: how fast NVIDIA's software moved per round
         (plan/logged.py). The minutes do not apply it; the output says what it would change."""
-        return software_trend(self.bench.round)
+        return software_trend(self.bench.round) if self.bench.is_mlperf else None
 
     def to_dict(self) -> dict:
         p = self.best
@@ -58,7 +61,7 @@ class Plan:
             "model_source": self.bench.model_source,
             "gpu": self.cluster.gpu.key, "gpu_name": self.cluster.gpu.name, "gpus": self.cluster.n_gpus,
             "network": self.cluster.network.key, "nvlink_domain": self.cluster.gpu.nvlink_domain,
-            **p.to_dict(),
+            "stack": self.stack, **p.to_dict(),
             "cost": self.cost.to_dict(),
             "convergence": (self.convergence.to_dict() if self.convergence else
                             {"samples": round(b.samples, 1), "global_batch": b.layout.gbs, "runs": None,
@@ -76,33 +79,85 @@ class Plan:
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
                        "fixed": self.fixed},
             "calibration": {"generation": self.cluster.gpu.generation,
-                            "gemm_efficiency": round(self.calibration.efficiency(self.cluster.gpu.generation), 4),
+                            "gemm_efficiency": round(self.calibration.efficiency_for(self.cluster.gpu.generation,
+                                                                                     self.stack), 4),
                             "fitted_on": self.calibration.fitted_on, "source": self.calibration.source},
         }
+        if not self.bench.is_mlperf:
+            return self._model_dict(d)
         return d
+
+    def _model_dict(self, d: dict) -> dict:
+        """A model that is not a benchmark: no rules, RCPs or evaluations; time-to-train only for a
+        token budget."""
+        for k in ("mlperf_benchmark", "round", "rcp_ruleset", "gbs_in_rcp_range", "convergence", "software_trend",
+                  "formats_published", "evidence", "evals", "eval_min", "overhead_min", "samples_to_target"):
+            d.pop(k, None)
+        d["model"] = d.pop("benchmark")
+        d["tokens"] = self.tokens
+        d["model_shape"] = model_shape(self.bench.model)
+        if self.tokens is None:
+            for k in ("minutes", "minutes_p10", "minutes_p50", "minutes_p90", "interval", "steps", "train_min", "cost"):
+                d[k] = None
+            for x in d["layouts"]:
+                for k in ("minutes", "minutes_p10", "minutes_p50", "minutes_p90", "steps", "train_min"):
+                    x[k] = None
+        return d
+
+
+def model_shape(c) -> dict:
+    """The shape a plan priced, in the inline grammar's names."""
+    return {"family": c.family, "layers": c.n_layer, "d_model": c.d_model, "heads": c.n_head,
+            "kv_heads": c.kv_heads, "ffn": c.ff_dim, "vocab": c.vocab_size, "seq": c.seq_len,
+            "gated_mlp": c.gated, "tied_embeddings": c.tie_embeddings}
 
 
 def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None = None,
               layout: dict | None = None, gbs: int | None = None, precision: str | None = None,
               calib: Calibration | None = None, top: int = 5, round_: str | None = None,
               ceiling: str | None = None, convergence: Convergence | None = None, explore: bool = False,
-              price: float | None = None, pue: float | None = None) -> Plan:
+              price: float | None = None, pue: float | None = None, tokens: float | None = None,
+              stack: str = "megatron") -> Plan:
     """The best layouts for `bench` on `n_gpus` x `gpu` under the rules of MLPerf round `round_`
     (default the newest with the benchmark): its RCPs, evaluation costs and, unless `ceiling` says
     otherwise, its lowest allowed precision. `plan validate` predicts a published row the same way.
     `convergence` replaces the RCP mean with known samples to the target; runs read from logs also
-    fix the global batch they used."""
-    if isinstance(bench, Benchmark):
+    fix the global batch they used. A model that is not a benchmark (workload.custom_workload) is
+    priced at its global batch, for `tokens` when given (else one step), without MLPerf's rules."""
+    if isinstance(bench, Benchmark) and not bench.is_mlperf:
+        b = bench
+    elif isinstance(bench, Benchmark):
         b = bench if round_ is None or round_.lstrip("v") == bench.round else load_benchmark(bench.name, round_)
     else:
         b = load_benchmark(bench, round_)
     ceiling = ceiling or max_precision(b.round)
+    sw = get_stack(stack)
+    if not sw.name == "megatron":
+        explore = True  # the published layouts ran on Megatron/NeMo: no evidence for another stack
+    if PRECISIONS.index(ceiling) > PRECISIONS.index(sw.max_precision):
+        ceiling = sw.max_precision  # the software trains no lower format
     cl = cluster(gpu, n_gpus, network)
     cal = calib or load_calibration()
-    model = Model(b, cl, cal, b.round, samples=convergence.samples if convergence else None)
     fix = dict(layout or {})
     if "gbs" in fix:
         gbs = fix.pop("gbs")
+    samples = convergence.samples if convergence else None
+    if b.is_mlperf:
+        if tokens is not None:
+            raise ConfigError(f"--tokens: {b.name} trains to its MLPerf quality target (RCPs); a token budget is "
+                              "for --model")
+    else:
+        if round_ is not None:
+            raise ConfigError("--round: MLPerf rounds apply to the benchmarks, not to --model")
+        if convergence is not None:
+            raise ConfigError("--samples/--samples-from: for --model give the budget as --tokens")
+        if tokens is not None and tokens < 1:
+            raise ConfigError(f"--tokens: must be a positive number of tokens, got {tokens}")
+        gbs = gbs or b.default_gbs
+        explore = True  # no published layouts to rank first
+        # a token budget; without one the plan prices one step
+        samples = tokens / b.seq_len if tokens is not None else float(gbs)
+    model = Model(b, cl, cal, b.round, samples=samples, stack=stack)
     if convergence and convergence.gbs:
         if gbs is not None and gbs != convergence.gbs:
             raise ConfigError(f"--gbs {gbs}: the runs in --samples-from converged at global batch "
@@ -110,10 +165,12 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
         gbs = convergence.gbs
     if "precision" in fix:
         precision = fix.pop("precision")
-    if precision and precision not in cl.gpu.precisions():
+    if precision and precision not in (*cl.gpu.precisions(), FP16):
         raise ConfigError(f"--precision: {cl.gpu.name} has no {precision} tensor cores "
                           f"(it has {', '.join(cl.gpu.precisions())})")
-    if precision and PRECISIONS.index(precision) > PRECISIONS.index(ceiling):
+    if precision and precision_rank(precision) > PRECISIONS.index(sw.max_precision):
+        raise ConfigError(f"--precision: the {stack} stack trains no {precision} (lowest: {sw.max_precision})")
+    if precision and precision_rank(precision) > PRECISIONS.index(ceiling):
         raise ConfigError(f"--precision: MLPerf round {b.round} allows no {precision} (lowest allowed: {ceiling}); "
                           "give another --round")
     if fix:
@@ -131,7 +188,7 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     fast = None if res.fastest_unranked is None else predict(model, res.fastest_unranked)
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, predictions=[predict(model, e) for e in res.best],
                 seconds=dt, fixed=layout or {}, convergence=convergence, explore=explore, price=price, pue=pue,
-                formats=formats, fastest_unpublished=fast)
+                formats=formats, fastest_unpublished=fast, tokens=tokens, stack=stack)
 
 
 def _no_layout(model: Model, res, n_gpus: int, gbs: int | None, ceiling: str, precision: str | None,
@@ -220,10 +277,11 @@ class SweepPoint:
     reason: str = ""
     round: str = ""
     cost: Cost | None = None
+    stack: str = "megatron"
 
     def to_dict(self) -> dict:
         """One point of `plan sweep --json`."""
-        return {"gpu": self.gpu, "gpus": self.n_gpus, "round": self.round,
+        return {"gpu": self.gpu, "gpus": self.n_gpus, "round": self.round, "stack": self.stack,
                 **(self.prediction.to_dict() if self.prediction else {}),
                 **({"cost": self.cost.to_dict()} if self.cost else {}),
                 **({"error": self.reason} if not self.prediction else {})}
@@ -231,7 +289,8 @@ class SweepPoint:
 
 def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = None,
           calib: Calibration | None = None, gbs: int | None = None, round_: str | None = None,
-          explore: bool = False, price: float | None = None, pue: float | None = None) -> list[SweepPoint]:
+          explore: bool = False, price: float | None = None, pue: float | None = None,
+          stack: str = "megatron") -> list[SweepPoint]:
     b = load_benchmark(bench, round_)
     cal = calib or load_calibration()
     out = []
@@ -239,8 +298,8 @@ def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = 
         for n in counts:
             try:
                 p = make_plan(b, g, n, network=network, calib=cal, top=1, gbs=gbs, explore=explore, price=price,
-                              pue=pue)
-                out.append(SweepPoint(g, n, p.best, round=b.round, cost=p.cost))
+                              pue=pue, stack=stack)
+                out.append(SweepPoint(g, n, p.best, round=b.round, cost=p.cost, stack=stack))
             except PlanError as e:
-                out.append(SweepPoint(g, n, None, str(e), round=b.round))
+                out.append(SweepPoint(g, n, None, str(e), round=b.round, stack=stack))
     return out

@@ -41,12 +41,23 @@ class Calibration:
     # the 80% quantile on its own (Mondrian split-conformal); other benchmarks use `config_sd`
     config_sd_by_benchmark: dict = field(default_factory=dict)
     band_calibrated_on: str = "not calibrated"
+    # per software stack other than megatron (plan/stack.py): its GEMM efficiency as a share of
+    # the fitted megatron one, and its own overlap of tp/cp/pp traffic (fitting.fit_pytorch)
+    stack_eff_scale: dict = field(default_factory=dict)
+    stack_overlap: dict = field(default_factory=dict)
+    stack_fitted_on: dict = field(default_factory=dict)
     fitted_on: str = "not fitted"
     fit_rows: int = 0
     source: str = "defaults"
 
     def efficiency(self, generation: str) -> float:
         return self.gemm_eff.get(generation, self.gemm_eff.get("default", DEFAULT_EFF))
+
+    def efficiency_for(self, generation: str, stack: str = "megatron") -> float:
+        return self.efficiency(generation) * self.stack_eff_scale.get(stack, 1.0)
+
+    def overlap_for(self, stack: str = "megatron") -> float:
+        return self.stack_overlap.get(stack, self.overlap)
 
     def config_sd_for(self, benchmark: str) -> float:
         """The configuration spread of `benchmark`'s band (MLPerf name)."""
@@ -69,6 +80,11 @@ class Calibration:
         if self.config_sd_by_benchmark:
             lines += ["", "[config_sd_by_benchmark]"]
             lines += [f"{k} = {v:.4f}" for k, v in sorted(self.config_sd_by_benchmark.items())]
+        for name, table, fmt in (("stack_eff_scale", self.stack_eff_scale, "{:.4f}"),
+                                 ("stack_overlap", self.stack_overlap, "{:.4f}"),
+                                 ("stack_fitted_on", self.stack_fitted_on, '"{}"')):
+            if table:
+                lines += ["", f"[{name}]"] + [f"{k} = {fmt.format(v)}" for k, v in sorted(table.items())]
         return "\n".join(lines) + "\n"
 
 
@@ -127,7 +143,7 @@ def read_run(rundir: str | Path) -> RunMeasurement:
     return m
 
 
-def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement) -> Calibration:
+def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement, stack: str = "megatron") -> Calibration:
     """Set this generation's compute efficiency to the MFU the run measured.
 
     The run's MFU is model FLOPs over its peak: the share of peak its whole step achieved, a lower
@@ -138,6 +154,11 @@ def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement) -> Ca
     achieved = run.tokens_per_s * run.flops_per_token / (run.peak_flops * run.world_size)
     if not 0 < achieved <= 1.0:
         raise ConfigError(f"--calibrate: the run's achieved share of peak is {achieved:.3f}, outside (0, 1]")
+    why = f"{cal.source}; {generation} {stack} refit from a run on {run.device}"
+    if stack != "megatron":  # the stack's share of the fitted megatron efficiency
+        scale = dict(cal.stack_eff_scale)
+        scale[stack] = achieved / cal.efficiency(generation)
+        return replace(cal, stack_eff_scale=scale, source=why)
     eff = dict(cal.gemm_eff)
     eff[generation] = achieved
-    return replace(cal, gemm_eff=eff, source=f"{cal.source}; {generation} refit from a run on {run.device}")
+    return replace(cal, gemm_eff=eff, source=why)

@@ -11,6 +11,14 @@ from trainperf.config import ConfigError
 from trainperf.layout import PRECISIONS  # slowest to fastest; one list for the planner and the layout grammar
 
 CATALOG = Path(__file__).with_name("hardware.toml")
+# FP16 with loss scaling (A100-era runs) as a matmul format the planner prices: 16-bit like BF16
+FP16 = "fp16"
+PLAN_PRECISIONS = (FP16, *PRECISIONS)  # what `plan --precision` takes
+
+
+def precision_rank(precision: str) -> int:
+    """Position among PRECISIONS, slowest first; FP16 ranks with BF16."""
+    return PRECISIONS.index("bf16" if precision == FP16 else precision)
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,11 @@ class Network:
     efficiency: float  # share of the line rate collectives reach on large messages
     alpha_s: float  # latency of one ring step
     source: str
+    switch_ports: int = 64  # of its largest switch: a three-tier fat tree connects ports^3/4 NICs
+
+    @property
+    def max_gpus(self) -> int:
+        return self.switch_ports ** 3 // 4
 
     @property
     def bytes_per_s(self) -> float:
@@ -45,7 +58,11 @@ class GPU:
     source: str
 
     def peak(self, precision: str) -> float:
-        """Dense peak FLOP/s at `precision`; the next-slower format when this GPU lacks it."""
+        """Dense peak FLOP/s at `precision`; the next-slower format when this GPU lacks it. FP16
+        runs at the BF16 tensor-core rate on every catalogued GPU (A100 312, H100 989 TFLOP/s
+        dense both), so the catalog states the 16-bit rate once."""
+        if precision == FP16:
+            precision = "bf16"
         for p in PRECISIONS[: PRECISIONS.index(precision) + 1][::-1]:
             if self.tflops.get(p):
                 return self.tflops[p] * 1e12
@@ -116,7 +133,7 @@ def gpus() -> dict[str, GPU]:
 @functools.lru_cache(maxsize=None)
 def networks() -> dict[str, Network]:
     return {k: Network(key=k, name=t["name"], gbps=t["gbps"], efficiency=t["efficiency"],
-                       alpha_s=t["alpha_us"] * 1e-6, source=t["source"])
+                       alpha_s=t["alpha_us"] * 1e-6, source=t["source"], switch_ports=int(t["switch_ports"]))
             for k, t in _raw()["network"].items()}
 
 
@@ -151,6 +168,11 @@ def cluster(gpu: str | GPU, n_gpus: int, network: str | None = None) -> Cluster:
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     if n_gpus < 1:
         raise ConfigError(f"--gpus: must be >= 1, got {n_gpus}")
+    big = max(networks().values(), key=lambda x: x.max_gpus)
+    if n_gpus > big.max_gpus:
+        raise ConfigError(f"--gpus: {n_gpus:,} GPUs is beyond any catalogued system: the largest network the "
+                          f"catalog describes, a three-tier fat tree of {big.switch_ports}-port {big.name} switches, "
+                          f"connects {big.max_gpus:,} (hardware.toml)")
     return Cluster(gpu=g, n_gpus=n_gpus, network=get_network(network or g.network), nvlink=nvlink())
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from trainperf.config import ModelConfig
 
 GiB = 2**30
-FROZEN_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+FROZEN_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 RESERVE = 0.10  # share of usable HBM kept for cuBLAS/NCCL workspaces and allocator fragmentation
 
 
@@ -118,3 +118,17 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     grads = trainable * grad_bytes
     optimizer = trainable * 12 / dp_shard
     return weights, grads, optimizer
+
+
+def fsdp_state_bytes(trainable: float, frozen: float, layer_params: float, shard: int) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for one rank under FSDP2 (the `pytorch` stack): fp32
+    parameters, fp32 gradients and Adam's two fp32 moments all sharded over `shard` ranks (16
+    bytes per parameter / shard; a frozen base in bf16, 2 / shard), plus the bf16 working copies
+    FSDP2 unshards: this layer's and the prefetched next one's parameters, and in the backward
+    their bf16 gradients before the reduce-scatter.
+
+    THE SEAM for the `pytorch` stack's memory: plan/stack_memory.py (the trainer's own accounting,
+    checked against `run --dry-run`'s traced memory) replaces this function when it lands."""
+    working = 2 * layer_params * 2
+    return (trainable * 4 / shard + frozen * 2 / shard + working, trainable * 4 / shard + working,
+            trainable * 8 / shard)

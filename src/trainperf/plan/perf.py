@@ -19,8 +19,9 @@ from trainperf.plan import comm, interval
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.flops import ATTN_BWD_OVER_FWD, layer_gemms, attn_fwd_flops_per_token_layer, flops_per_token
 from trainperf.plan.hardware import PRECISIONS, Cluster
-from trainperf.plan.memory import RESERVE, Memory, activation_bytes_per_layer, state_bytes
+from trainperf.plan.memory import RESERVE, Memory, activation_bytes_per_layer, fsdp_state_bytes, state_bytes
 from trainperf.plan.rcp import ruleset_for, samples_to_converge
+from trainperf.plan.stack import get_stack
 from trainperf.plan.workload import Benchmark
 
 ELEMWISE_BW_SHARE = 0.8  # element-wise kernels reach ~80% of HBM bandwidth (streaming reads/writes)
@@ -156,6 +157,7 @@ class Estimate:
     mfu: float  # model FLOPs / (N · dense peak of the matmul precision used)
     mfu_bf16: float  # the same against the dense BF16 peak (comparable across precisions)
     tokens_per_s: float
+    tokens_per_s_per_gpu: float
     samples: float  # to reach the target (RCP mean, or as given)
     rcp_ruleset: str
     gbs_in_rcp_range: bool
@@ -178,6 +180,7 @@ class Estimate:
             "minutes": round(self.minutes, 4),
             "step_time_s": round(self.step_time_s, 5),
             "mfu": round(self.mfu, 4), "mfu_bf16": round(self.mfu_bf16, 4), "tokens_per_s": round(self.tokens_per_s, 1),
+            "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
             "memory_gb_per_gpu": round(self.memory.total / 1e9, 2),
             "memory_capacity_gb": round(self.capacity / 1e9, 2), "memory_breakdown_gb": self.memory.as_gb(),
             "layout": self.layout.to_dict(),
@@ -198,21 +201,29 @@ class Model:
     model-parallel shape so the search can price thousands of layouts quickly."""
 
     def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None,
-                 samples: float | None = None):
+                 samples: float | None = None, stack: str = "megatron"):
         """`samples`: training samples to reach the target, when known (a submitter's own
-        convergence, read from its logs); otherwise the RCP mean at each global batch."""
+        convergence, read from its logs); otherwise the RCP mean at each global batch. `stack`:
+        the software that runs it (plan/stack.py)."""
         self.b, self.cl, self.cal = bench, cl, calib
+        self.stack = get_stack(stack)
+        self.overlap = calib.overlap_for(stack)  # share of tp/cp/pp traffic compute hides
         self.samples_given = samples
         self.cfg = bench.model
         self.gpu = cl.gpu
-        self.eff = calib.efficiency(cl.gpu.generation)
+        self.eff = calib.efficiency_for(cl.gpu.generation, stack)
         self.half = calib.shape_half(cl.gpu)
         self.nvl = comm.Link(cl.nvlink_bytes_per_s, cl.nvlink.alpha_s)
         self.nic = comm.Link(cl.nic_bytes_per_s, cl.network.alpha_s)
         self.round = round_.lstrip("v") if round_ else bench.round
-        self.ruleset = ruleset_for(bench.mlperf, self.round or None)
-        self.sd_conv = 0.0 if samples is not None else interval.convergence_sd(bench.mlperf, self.ruleset,
-                                                                                bench.runs_per_result)
+        if bench.is_mlperf:
+            self.ruleset = ruleset_for(bench.mlperf, self.round or None)
+            self.sd_conv = 0.0 if samples is not None else interval.convergence_sd(bench.mlperf, self.ruleset,
+                                                                                    bench.runs_per_result)
+        else:  # any other model: a token budget (or one step) instead of RCPs
+            if samples is None:
+                raise ValueError("Model: a model that is not an MLPerf benchmark needs `samples`")
+            self.ruleset, self.sd_conv = "", 0.0
         self.model_fpt = flops_per_token(self.cfg)  # MFU numerator, per token
         self._layer_cache: dict = {}
         self._cost_cache: dict = {}
@@ -302,7 +313,7 @@ class Model:
         kv_bytes = tokens * 2 * c.kv_heads * c.head_dim * 2 / tp
         cp_f = (cp - 1) * comm.p2p(kv_bytes, cp_link) if cp > 1 else 0.0
         cp_b = 2 * cp_f
-        ov = self.cal.overlap
+        ov = self.overlap
         return (1 - ov) * tp_f, (1 - ov) * tp_b, max(0.0, cp_f - ov * attn_f), max(0.0, cp_b - ov * attn_b)
 
     def _elementwise_bytes(self, precision: str) -> float:
@@ -318,7 +329,7 @@ class Model:
             elems += 2 * (c.n_head * c.head_dim + kvd)
         elems += 3 * f if c.gated else 2 * f
         b = 2 * elems
-        if precision != "bf16":
+        if precision in ("fp8", "fp4"):
             b += 3 * (3 * h + f)
         return b
 
@@ -342,6 +353,14 @@ class Model:
 
     def _asym(self, lay: Layout) -> bool:
         return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
+
+    def empty_stage(self, pp: int, vpp: int = 1) -> bool:
+        """Whether splitting the layers over pp·vpp (virtual) stages, ceil(slots / (pp·vpp)) each,
+        leaves the last stage with no layer (pp=35 on 96 layers: 3 each fill 32 stages)."""
+        if pp * vpp <= 1:
+            return False
+        slots = self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss else 0)
+        return math.ceil(slots / (pp * vpp)) * (pp * vpp - 1) >= slots
 
     def _slowest_stage(self, lay: Layout, ly: LayerCost, hf: float, hb: float) -> tuple[int, bool]:
         """(layers, whether it holds the output layer) of the pipeline rank with the most work per
@@ -367,8 +386,15 @@ class Model:
         base = L * p["layer"] / lay.tp + emb
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
-        w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
-                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
+        if self.stack.fully_sharded:
+            # SEAM (pytorch stack memory): plan/stack_memory.py, the trainer's own accounting that
+            # `run --dry-run` checks against traced memory, replaces fsdp_state_bytes here (and,
+            # with it, the activation count ShapeCost.act_per_mb reads) when it lands
+            layer = p["lora_layer"] if self.b.lora else p["layer"] / lay.tp
+            w, gr, opt = fsdp_state_bytes(trainable, frozen, layer, lay.dp * lay.cp)
+        else:
+            w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
+                                     fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
         logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
         return w, gr, opt, logits
 
@@ -382,7 +408,7 @@ class Model:
             return 0.0, 0.0
         n = self._rank_params(lay) * 2
         # parameters gathered in FP8 where the benchmark's software does so under FP8 (benchmarks.toml)
-        n_ag = n / 2 if self.b.fp8_param_gather and lay.precision == "fp8" else n
+        n_ag = n / 2 if self.b.fp8_param_gather and lay.precision == "fp8" and not self.stack.fully_sharded else n
         # dp·cp ranks are strided by tp: that many share one NVLink domain
         p_in = max(1, min(n_ranks, self.gpu.nvlink_domain // lay.tp))
         while n_ranks % p_in:
@@ -412,12 +438,15 @@ class Model:
         p2p = 0.0
         if lay.pp > 1:
             link = self.nvl if lay.tp * lay.cp * lay.pp <= g.nvlink_domain else self.nic
-            p2p = 2 * lay.vpp * comm.p2p(ly.tokens * c.d_model * 2 / lay.tp, link) * (1 - self.cal.overlap)
+            p2p = 2 * lay.vpp * comm.p2p(ly.tokens * c.d_model * 2 / lay.tp, link) * (1 - self.overlap)
         rs, ag = self._dp_time(lay)
         # gradients reduce bucket by bucket while the last micro-batch runs backward, parameters
         # gather while the first runs forward (Megatron's overlap_grad_reduce and
         # overlap_param_gather, set in NVIDIA's MLPerf configs): hidden as far as that compute lasts
         dp_exposed = max(0.0, rs - t_b) + max(0.0, ag - t_f)
+        if self.stack.fully_sharded:
+            # FSDP2 gathers the parameters again for the backward (resharded after the forward)
+            dp_exposed = max(0.0, ag - t_f) + max(0.0, ag + rs - t_b)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
         w, gr, os_, logits = self._static_memory(lay)
@@ -461,7 +490,10 @@ class Model:
 
     def _fixed_s(self) -> float:
         """Seconds on the clock once per run: the calibrated start-up share plus the benchmark's
-        measured one-time cost of its first evaluation (benchmarks.toml `first_eval_s`)."""
+        measured one-time cost of its first evaluation (benchmarks.toml `first_eval_s`). The
+        start-up share was fitted on MLPerf's clock; a token budget is priced without it."""
+        if not self.b.is_mlperf:
+            return 0.0
         return self.cal.run_overhead_s + self.b.first_eval_s
 
     def estimate(self, lay: Layout) -> Estimate:
@@ -473,7 +505,8 @@ class Model:
         mfu = tps * self.model_fpt / (self.cl.n_gpus * g.peak(lay.precision))
         train, ev, fixed, samples, inside, evals = self._train_eval_fixed(cost, lay.gbs)
         return Estimate(layout=lay, step_time_s=step, breakdown=cost.breakdown(lay.gbs), memory=cost.memory(lay.gbs),
-                        capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps, samples=samples,
+                        capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps,
+                        tokens_per_s_per_gpu=tps / self.cl.n_gpus, samples=samples,
                         rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
                         evals=evals, train_s=train, eval_s=ev, overhead_s=fixed)
 

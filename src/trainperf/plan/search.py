@@ -9,6 +9,7 @@ cover (outside it MLPerf would require new reference points)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trainperf.config import ConfigError
@@ -64,6 +65,8 @@ def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
                     continue
                 vpps = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8, 12) if pp * v <= c.n_layer]
                 for vpp in vpps if "vpp" not in fix else [fix["vpp"]]:
+                    if model.empty_stage(pp, vpp):
+                        continue
                     for mbs in MBS if "mbs" not in fix else [fix["mbs"]]:
                         bs = [b for b in _gbs_candidates(model, dp, mbs, gbs)
                               if not (vpp > 1 and (b // (dp * mbs)) % pp)]
@@ -140,8 +143,13 @@ def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
     tp, pp, cp = fix.get("tp", 1), fix.get("pp", 1), fix.get("cp", 1)
     if c.n_head % tp or c.kv_heads % tp:
         raise ConfigError(f"--layout: tp={tp} does not divide the {c.n_head} heads / {c.kv_heads} KV heads")
-    if pp > c.n_layer:
-        raise ConfigError(f"--layout: pp={pp} exceeds the {c.n_layer} layers")
+    vpp = fix.get("vpp", 1)
+    if pp * vpp > c.n_layer:
+        raise ConfigError(f"--layout: pp={pp}{f' x vpp={vpp}' if vpp > 1 else ''} exceeds the {c.n_layer} layers")
+    if model.empty_stage(pp, vpp):
+        per = math.ceil(c.n_layer / (pp * vpp))
+        raise ConfigError(f"--layout: pp={pp}{f' x vpp={vpp}' if vpp > 1 else ''} leaves a pipeline stage with no "
+                          f"layer ({c.n_layer} layers, {per} a stage, fill {math.ceil(c.n_layer / per)} stages)")
     if "dp" in fix:
         prod = tp * pp * cp * fix["dp"]
         if prod != n_gpus:

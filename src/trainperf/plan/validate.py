@@ -226,8 +226,35 @@ def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | Non
             rb = [r for r in cross if r.result.benchmark == b]
             d["coverage_80_pct_cross_fitted"] = round(coverage(rb), 1)
             d["coverage_80_ci90_cross_fitted"] = coverage_ci(rb)
+    out["by_population"] = populations(rows)
     out["skipped"] = sum(1 for r in rows if r.prediction is None)
     return out
+
+
+MODERN_ROUND = (5, 0)  # rounds from v5.0 on: the newest software generation the fit rows mostly come from
+
+
+def _round_key(r: str) -> tuple[int, int]:
+    major, minor = (int(x) for x in r.split(".")[:2])
+    return major, minor
+
+
+def populations(rows: list[Row]) -> dict:
+    """The error on populations the split into fit and held-out rows mixes: NVIDIA's own results
+    (the fit's) against every other submitter's, and the rounds before v5.0 against v5.0 and
+    later, each also per round. Fitting and checking on one population hides how far the model
+    carries to another; these show it."""
+    sel = [r for r in rows if r.prediction is not None]
+    groups = {
+        "submitter": {"NVIDIA": [r for r in sel if r.result.fit], "others": [r for r in sel if not r.result.fit]},
+        "round": {"before 5.0": [r for r in sel if _round_key(r.result.round) < MODERN_ROUND],
+                  "5.0 and later": [r for r in sel if _round_key(r.result.round) >= MODERN_ROUND]},
+        "each_round": {x: [r for r in sel if r.result.round == x]
+                       for x in sorted({r.result.round for r in sel}, key=_round_key)},
+    }
+    others_old = [r for r in groups["submitter"]["others"] if _round_key(r.result.round) < MODERN_ROUND]
+    groups["submitter"]["others, before 5.0"] = others_old
+    return {k: {g: _stats(rs) for g, rs in v.items() if rs} for k, v in groups.items()}
 
 
 def cross_fitted(rows: list[Row], other_sd: float, other_by: dict | None = None) -> list[Row]:
@@ -291,7 +318,7 @@ class Validation:
 
     def to_dict(self) -> dict:
         cal = self.calibration
-        return {"summary": self.summary,
+        return {"stack": "megatron", "summary": self.summary,
                 "calibration": {"fitted_on": cal.fitted_on, "source": cal.source, "software_sd": cal.software_sd,
                                 "config_sd": cal.config_sd, "config_sd_by_benchmark": cal.config_sd_by_benchmark,
                                 "band_calibrated_on": cal.band_calibrated_on,

@@ -19,14 +19,14 @@ def run_command(plan) -> str:
 
     from trainperf.layout import format_layout, spec_of
 
-    L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.name
+    L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.recipe
     spec = spec_of(L)
     notes = []
     # the trainer has bf16 and FP8 linear layers (train.fp8_linear, with or without tensor parallelism)
     if L.precision not in ("bf16", "fp8"):
         del spec["precision"]
-        notes.append(f"# the plan priced {L.precision} matmuls; the trainer has no FP4 matmuls: "
-                     "this runs the recipe's precision")
+        why = ("trains 16-bit matmuls in BF16" if L.precision == "fp16" else "has no FP4 matmuls")
+        notes.append(f"# the plan priced {L.precision} matmuls; the trainer {why}: this runs the recipe's precision")
     layout = format_layout(spec)
     cmd = ["trainperf", "run", bench, "--layout", layout]
     node = math.gcd(n, gpus_per_node(plan.cluster.gpu))
@@ -121,16 +121,70 @@ def _lay(e) -> str:
     return e.layout.short()
 
 
+def _stack_line(plan) -> str:
+    from trainperf.plan.stack import get_stack
+
+    cal, g = plan.calibration, plan.cluster.gpu
+    return (f"model: {plan.bench.model_source}; software: {plan.stack} ({get_stack(plan.stack).describes}); "
+            f"calibration: {cal.source} ({g.generation} GEMM efficiency {cal.efficiency_for(g.generation, plan.stack):.3f})")
+
+
+def print_model_plan(plan, explain: bool = False, note: str | None = None) -> None:
+    """A model that is not a benchmark: step time, throughput, MFU and memory; with a token
+    budget, the time to train it."""
+    from trainperf.plan.api import model_shape
+
+    from rich.table import Table
+
+    c = _console()
+    b, cl, pred = plan.bench, plan.cluster, plan.best
+    best = pred.estimate
+    shape = ", ".join(f"{k}={v}" for k, v in model_shape(b.model).items())
+    c.print(f"[bold]{b.name}[/] ({shape}) on {cl.describe()}")
+    c.print(_stack_line(plan))
+    if note:
+        c.print(f"note: {note}")
+    c.print(f"searched {plan.result.evaluated:,} layouts in {plan.seconds:.2f} s")
+    budget = plan.tokens is not None
+    t = Table(title="fastest layouts" + (f" for {plan.tokens:,.0f} tokens" if budget else ""))
+    cols = (("#",) + (("hours",) if budget else ()) + ("step s", "tokens/s/GPU", "MFU", "mem GB", "tp", "pp", "vpp",
+                                                       "dp", "cp", "mbs", "gbs", "recompute", "precision"))
+    for col in cols:
+        t.add_column(col, justify="right" if col not in ("recompute", "precision") else "left")
+    for i, p in enumerate(plan.predictions, 1):
+        L, e = p.layout, p.estimate
+        t.add_row(str(i), *((f"{e.minutes / 60:,.1f}",) if budget else ()), f"{e.step_time_s:.3f}",
+                  f"{e.tokens_per_s / cl.n_gpus:,.0f}", f"{100 * e.mfu:.1f}%", f"{e.memory.total / 1e9:.1f}",
+                  str(L.tp), str(L.pp), str(L.vpp), str(L.dp), str(L.cp), str(L.mbs), str(L.gbs), L.recompute,
+                  L.precision)
+    c.print(t)
+    line = (f"best: step {best.step_time_s:.3f} s for {best.layout.gbs} x {b.seq_len:,} tokens, "
+            f"{best.tokens_per_s / cl.n_gpus:,.0f} tokens/s per GPU, MFU {100 * best.mfu:.1f}% of dense "
+            f"{best.layout.precision} peak ({100 * best.mfu_bf16:.1f}% of BF16), {best.memory.total / 1e9:.1f} of "
+            f"{best.capacity / 1e9:.1f} GB")
+    if budget:
+        line += (f"; {plan.tokens:,.0f} tokens = {best.steps:,.0f} steps = [bold]{best.minutes / 60:,.1f} h[/] "
+                 f"(80% band {pred.minutes_p10 / 60:,.1f}-{pred.minutes_p90 / 60:,.1f} h, the MLPerf fit's spread "
+                 "away from NVIDIA's configurations)")
+    c.print(line)
+    if budget:
+        c.print(_cost_line(plan.cost))
+    if explain:
+        print_explain(best)
+
+
 def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
     from rich.table import Table
 
+    if not plan.bench.is_mlperf:
+        print_model_plan(plan, explain, note)
+        return
     c = _console()
     b, cl, pred = plan.bench, plan.cluster, plan.best
     best, band = pred.estimate, pred.band
     c.print(f"[bold]{b.name}[/] on {cl.describe()}; rules of MLPerf round {b.round} "
             f"(RCPs {best.rcp_ruleset}, lowest precision allowed {_ceiling(b.round)})")
-    c.print(f"model: {b.model_source}; calibration: {plan.calibration.source} "
-            f"({cl.gpu.generation} GEMM efficiency {plan.calibration.efficiency(cl.gpu.generation):.3f})")
+    c.print(_stack_line(plan))
     if note:
         c.print(f"note: {note}")
     c.print(f"searched {plan.result.evaluated:,} layouts in {plan.seconds:.2f} s")
@@ -222,7 +276,7 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
     from rich.table import Table
 
     c = _console()
-    t = Table(title="published MLPerf results: predicted vs actual minutes")
+    t = Table(title="published MLPerf results: predicted (megatron stack) vs actual minutes")
     for col in ("round", "benchmark", "submitter", "GPUs", "accelerator", "GBS", "actual", "predicted",
                 "p10-p90", "error", "submitted", "precision", "split"):
         t.add_column(col, justify="right" if col in ("GPUs", "GBS", "actual", "predicted", "p10-p90", "error",
@@ -245,6 +299,7 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
         c.print(f"skipped {len(skipped)} rows: " + "; ".join(kinds[:8]) + (" ..." if len(kinds) > 8 else ""))
     benches = sorted(set(s["fit"]["per_benchmark"]) | set(s["held_out"]["per_benchmark"]))
     c.print(_error_table(s, benches))
+    c.print(_population_table(s["by_population"]))
     c.print(_named_table(s, benches))
     c.print(f"band: p10-p90 from NVIDIA's spread {cal.software_sd:.3f} (sd of log minutes on the fit rows), the spread "
             f"of configurations NVIDIA did not submit {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
@@ -254,6 +309,21 @@ def print_validation(rows, s, cal, cross_sd: float | None = None, cross_by: dict
         c.print(f"cross-fitted coverage: the band-calibration half's rows judged with the configuration spread "
                 f"{_sds(cross_sd, cross_by or {})} calibrated on the evaluation half the same way (not shipped)")
     c.print(f"calibration: {cal.fitted_on}")
+
+
+def _population_table(pop: dict):
+    """Error by submitter (NVIDIA's are the fit rows) and by round."""
+    from rich.table import Table
+
+    t = Table(title="by population: NVIDIA's results (fitted on) against the other submitters', older rounds "
+                    "against newer: how far the fit carries")
+    for col in ("split", "group", "rows", "MAPE", "signed", "in 80% band"):
+        t.add_column(col, justify="left" if col in ("split", "group") else "right")
+    for split, groups in pop.items():
+        for g, d in groups.items():
+            t.add_row(split.replace("_", " "), g, str(d["rows"]), f"{d['mape']:.1f}%", f"{d['mean_signed_pct']:+.1f}%",
+                      f"{d['coverage_80_pct']:.1f}%")
+    return t
 
 
 def _error_table(s: dict, benches: list[str]):
@@ -316,7 +386,8 @@ def print_sweep(bench, points, plot) -> None:
 
     c = _console()
     rnd = next((p.round for p in points), "")
-    t = Table(title=f"{bench}: predicted time-to-train (rules of MLPerf round {rnd})")
+    stack = next((p.stack for p in points), "")
+    t = Table(title=f"{bench}: predicted time-to-train on the {stack} stack (rules of MLPerf round {rnd})")
     for col in ("gpu", "GPUs", "minutes", "p10-p90", "step s", "MFU", "layout"):
         t.add_column(col, justify="right" if col in ("GPUs", "minutes", "p10-p90", "step s", "MFU") else "left")
     for p in points:

@@ -18,7 +18,7 @@ RULES = Path(__file__).with_name("benchmarks.toml")  # the closed rules themselv
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # recipe name, e.g. gpt3_175b
-    mlperf: str  # MLPerf's name, e.g. gpt3 (RCP files, results)
+    mlperf: str  # MLPerf's name, e.g. gpt3 (RCP files, results); "" for a model that is not a benchmark
     model: ModelConfig
     default_gbs: int
     lora: bool
@@ -43,14 +43,27 @@ class Benchmark:
     # ASYM_PP_EMBED / ASYM_PP_LOSS): the embedding and the output layer + loss each take one layer's
     # slot in the pipeline split, so the first and last virtual stages hold one layer fewer
     pp_split_counts_embedding_and_loss: bool = False
+    recipe: str = ""  # what `trainperf run` takes for this model (a recipe name or path); "" when none
+
+    def __post_init__(self):
+        if self.is_mlperf and not self.recipe:
+            object.__setattr__(self, "recipe", self.name)
 
     @property
     def seq_len(self) -> int:
         return self.model.seq_len
 
+    @property
+    def is_mlperf(self) -> bool:
+        """An MLPerf benchmark (RCPs, evaluations, rounds), or any other model (`--model`)."""
+        return bool(self.mlperf)
+
     def evals(self, samples: float, gbs: int) -> float:
         """Evaluations on the clock while training `samples` sequences at batch `gbs` (the last one
-        reaches the target). Fractional: the RCP mean falls between evaluation points."""
+        reaches the target). Fractional: the RCP mean falls between evaluation points. A model
+        that is not a benchmark has none."""
+        if not self.eval_every_samples:
+            return 0.0
         every = math.ceil(self.eval_every_samples / gbs) * gbs
         skipped = math.floor(self.skip_a * gbs + self.skip_b)
         return max(1.0, samples / every - skipped)
@@ -142,3 +155,119 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                      fp8_param_gather=bool(r.get("fp8_param_gather", False)),
                      grad_bytes=float(r.get("grad_bytes", 4.0)),
                      pp_split_counts_embedding_and_loss=bool(r.get("pp_split_counts_embedding_and_loss", False)))
+
+
+# -- any dense GPT/Llama model (no MLPerf rules) ----------------------------------------------
+
+# the inline grammar `layers=96,d_model=12288,heads=96,kv_heads=96,ffn=49152,vocab=51200,seq=2048,family=gpt`
+INLINE_KEYS = {"layers": "n_layer", "d_model": "d_model", "heads": "n_head", "kv_heads": "n_kv_head",
+               "ffn": "d_ff", "vocab": "vocab_size", "seq": "seq_len"}
+# Hugging Face config.json keys of the Llama-style (llama, mistral, qwen2) and GPT-2 configs
+HF_LLAMA = {"num_hidden_layers": "n_layer", "hidden_size": "d_model", "num_attention_heads": "n_head",
+            "num_key_value_heads": "n_kv_head", "intermediate_size": "d_ff", "vocab_size": "vocab_size",
+            "max_position_embeddings": "seq_len"}
+HF_GPT2 = {"n_layer": "n_layer", "n_embd": "d_model", "n_head": "n_head", "n_inner": "d_ff",
+           "vocab_size": "vocab_size", "n_positions": "seq_len"}
+HF_LLAMA_TYPES = ("llama", "mistral", "qwen2")
+
+
+def _family_model(family: str, shape: dict, where: str, tie: bool | None = None,
+                  names: dict | None = None) -> ModelConfig:
+    """A ModelConfig of `family`: llama is RMSNorm, SwiGLU, RoPE and an untied head; gpt is
+    LayerNorm, GELU, learned positions and biases, its head tied to the embedding."""
+    if family not in ("llama", "gpt"):
+        raise ConfigError(f"{where}: family must be llama or gpt, got '{family}'")
+    inv = {v: k for k, v in (names or INLINE_KEYS).items()}  # our field -> the key the user wrote
+    for k, v in shape.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "d_ff" else 1):
+            raise ConfigError(f"{where}: {inv.get(k, k)} must be a positive integer, got {v!r}")
+    missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size", "seq_len") if k not in shape]
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(inv.get(m, m) for m in missing)}")
+    cfg = ModelConfig(family=family, tie_embeddings=(family == "gpt") if tie is None else tie,
+                      bias=family == "gpt", **shape)
+    check_model(cfg, where)
+    return cfg
+
+
+def check_model(cfg: ModelConfig, where: str) -> None:
+    """What the planner needs of a shape to price it: one line naming what is wrong."""
+    if cfg.d_model % cfg.n_head:
+        raise ConfigError(f"{where}: {cfg.n_head} heads do not divide d_model {cfg.d_model}")
+    if cfg.n_head % cfg.kv_heads:
+        raise ConfigError(f"{where}: {cfg.kv_heads} KV heads do not divide the {cfg.n_head} heads")
+    if cfg.vocab_size < 1:
+        raise ConfigError(f"{where}: the vocabulary size is not stated (the planner needs it)")
+
+
+def parse_inline(text: str) -> ModelConfig:
+    """`layers=..,d_model=..,heads=..,kv_heads=..,ffn=..,vocab=..,seq=..,family=gpt|llama`."""
+    shape: dict = {}
+    family = "llama"
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        k, sep, v = part.partition("=")
+        k, v = k.strip(), v.strip()
+        if not sep:
+            raise ConfigError(f"--model: expected key=value, got '{part}'")
+        if k == "family":
+            family = v
+            continue
+        if k not in INLINE_KEYS:
+            raise ConfigError(f"--model: unknown key '{k}' (keys: {', '.join([*INLINE_KEYS, 'family'])})")
+        try:
+            shape[INLINE_KEYS[k]] = int(v)
+        except ValueError:
+            raise ConfigError(f"--model: {k} must be a positive integer, got '{v}'") from None
+    return _family_model(family, shape, "--model")
+
+
+def parse_hf_config(path: Path) -> ModelConfig:
+    """A Hugging Face config.json of a Llama-style (llama, mistral, qwen2) or GPT-2 model."""
+    import json
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"--model {path}: not a readable config.json ({e})") from None
+    mt = str(raw.get("model_type", ""))
+    if mt in HF_LLAMA_TYPES:
+        keys, family = HF_LLAMA, "llama"
+    elif mt == "gpt2":
+        keys, family = HF_GPT2, "gpt"
+    else:
+        raise ConfigError(f"--model {path}: model_type '{mt}' is not a dense GPT/Llama model the planner prices "
+                          f"({', '.join(HF_LLAMA_TYPES)}, gpt2)")
+    shape = {ours: raw[k] for k, ours in keys.items() if raw.get(k) is not None}
+    return _family_model(family, shape, f"--model {path}", tie=bool(raw.get("tie_word_embeddings", family == "gpt")),
+                         names=keys)
+
+
+def custom_workload(spec: str, seq_len: int | None = None, gbs: int | None = None) -> Benchmark:
+    """A model that is not an MLPerf benchmark, from a recipe name, a recipe TOML, a Hugging Face
+    config.json or the inline grammar; no RCPs and no evaluations. Its global batch is the
+    recipe's unless `gbs` is given (required for the other forms)."""
+    from dataclasses import replace
+
+    p = Path(spec)
+    default_gbs, recipe = None, ""
+    if "=" in spec:
+        model, src = parse_inline(spec), f"inline: {spec}"
+    elif p.suffix == ".json":
+        if not p.is_file():
+            raise ConfigError(f"--model: file {spec} not found")
+        model, src = parse_hf_config(p), str(p)
+    else:
+        rec = load_recipe(spec)
+        model, src, default_gbs, recipe = rec.model, rec.source, rec.train.global_batch_size, spec
+        check_model(model, f"--model {spec}")
+    if seq_len is not None:
+        if seq_len < 1:
+            raise ConfigError(f"--seq-len: must be a positive integer, got {seq_len}")
+        model = replace(model, seq_len=seq_len)
+        src += f", --seq-len {seq_len}"
+    g = gbs or default_gbs
+    if not g:
+        raise ConfigError("--gbs: give the global batch (sequences per step) for a model without a recipe")
+    return Benchmark(name=Path(spec).stem if "=" not in spec else "custom", mlperf="", model=model, default_gbs=g,
+                     lora=model.lora_rank > 0, rcp_unit="samples", eval_every_samples=0, eval_samples=0.0,
+                     skip_a=0.0, skip_b=0, model_source=src, recipe=recipe)

@@ -1,0 +1,126 @@
+"""`plan --model`: any dense GPT/Llama shape, a token budget, FP16, and inputs the model cannot price."""
+
+import json
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.config import ConfigError, ModelConfig
+from trainperf.plan.api import make_plan
+from trainperf.plan.flops import layer_gemms
+from trainperf.plan.memory import activation_bytes_per_layer
+from trainperf.plan.workload import custom_workload, parse_inline
+
+GPT3 = "layers=96,d_model=12288,heads=96,kv_heads=96,ffn=49152,vocab=51200,seq=2048,family=gpt"
+
+
+def plan_json(capsys, *argv):
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inline_shape_takes_the_familys_architecture():
+    g = parse_inline(GPT3)
+    assert (g.n_layer, g.d_model, g.n_head, g.kv_heads, g.ff_dim, g.vocab_size, g.seq_len) == \
+        (96, 12288, 96, 96, 49152, 51200, 2048)
+    assert g.family == "gpt" and not g.gated and g.tie_embeddings and g.bias
+    ll = parse_inline("layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,family=llama")
+    assert ll.gated and not ll.tie_embeddings and ll.kv_heads == 8
+
+
+def test_hf_config_json(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                             "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                             "vocab_size": 128256, "max_position_embeddings": 131072,
+                             "tie_word_embeddings": False}))
+    b = custom_workload(str(p), seq_len=8192, gbs=64)
+    c = b.model
+    assert (c.n_layer, c.kv_heads, c.ff_dim, c.seq_len, c.family) == (32, 8, 14336, 8192, "llama")
+    assert not b.is_mlperf and b.evals(1e6, 64) == 0.0
+    p.write_text(json.dumps({"model_type": "mamba"}))
+    with pytest.raises(ConfigError, match="not a dense GPT/Llama"):
+        custom_workload(str(p), gbs=8)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("layers=96,d_model=12288,heads=96,foo=1", "unknown key 'foo'"),
+    ("layers=96,d_model=12288,heads=96,vocab=5,seq=8,family=mamba", "family must be llama or gpt"),
+    ("layers=96,d_model=12288,heads=96,vocab=51200", "missing seq"),
+    ("layers=0,d_model=12288,heads=96,vocab=51200,seq=2048", "layers must be a positive integer"),
+    ("layers=2,d_model=100,heads=3,vocab=51200,seq=2048", "do not divide d_model"),
+    ("layers=2,d_model=96,heads=8,kv_heads=3,vocab=51200,seq=2048", "KV heads do not divide"),
+])
+def test_bad_shapes_are_refused_by_name(spec, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_inline(spec)
+
+
+def test_gated_mlp_is_the_configs_not_the_familys():
+    """A gpt-family model with SwiGLU (mlp_act) has three MLP matrices, as the trainer builds it."""
+    gelu = ModelConfig(family="gpt", n_layer=2, d_model=256, n_head=4, d_ff=1024, vocab_size=100, seq_len=64)
+    swiglu = ModelConfig(family="gpt", n_layer=2, d_model=256, n_head=4, d_ff=1024, vocab_size=100, seq_len=64,
+                         mlp_act="swiglu")
+    assert {g.name: g.n for g in layer_gemms(swiglu, 1)}["mlp_in"] == 2 * {g.name: g.n for g in layer_gemms(gelu, 1)}["mlp_in"]
+    assert activation_bytes_per_layer(swiglu, 64, 1) > activation_bytes_per_layer(gelu, 64, 1)
+
+
+def test_a_token_budget_is_steps_times_the_step(capsys):
+    d = plan_json(capsys, "--model", GPT3, "--gpu", "h100", "--gpus", "1024", "--gbs", "1536", "--tokens", "3e11")
+    steps = 3e11 / (1536 * 2048)
+    assert d["steps"] == pytest.approx(steps, abs=0.01)
+    assert d["minutes"] == pytest.approx(steps * d["step_time_s"] / 60, rel=1e-4)
+    assert d["tokens"] == 3e11 and d["model_shape"]["layers"] == 96 and "rcp_ruleset" not in d
+    assert d["tokens_per_s"] == pytest.approx(1536 * 2048 / d["step_time_s"], rel=1e-4)
+    # without a budget: the step, throughput, MFU and memory, no time-to-train
+    s = plan_json(capsys, "--model", GPT3, "--gpu", "h100", "--gpus", "1024", "--gbs", "1536")
+    assert s["minutes"] is None and s["step_time_s"] == d["step_time_s"] and s["mfu"] > 0.2
+
+
+def test_a_recipe_is_a_model_with_its_own_batch():
+    p = make_plan(custom_workload("llama31_8b"), "h100", 64)
+    assert p.best.layout.gbs == 32 and not p.bench.is_mlperf and p.best.estimate.evals == 0
+
+
+def test_fp16_is_priced_at_the_16_bit_rate():
+    b = custom_workload(GPT3, gbs=1536)
+    fix = {"tp": 8, "pp": 8, "mbs": 1, "recompute": "none"}
+    f16 = make_plan(b, "a100", 1024, layout=fix, precision="fp16", top=1).best.estimate
+    bf16 = make_plan(b, "a100", 1024, layout=fix, precision="bf16", top=1).best.estimate
+    assert f16.layout.precision == "fp16" and f16.step_time_s == pytest.approx(bf16.step_time_s, rel=1e-12)
+    assert f16.memory.total == bf16.memory.total
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "3360", "--gbs", "1680", "--layout", "pp=35"],
+     "pp=35 leaves a pipeline stage with no layer"),
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "3072", "--gbs", "1536", "--layout", "cp=3"],
+     "cp=3 does not split the 2048-token sequence"),
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "8"], "--gbs: give the global batch"),
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--round", "4.1"], "MLPerf rounds apply"),
+    (["gpt3_175b", "--gpu", "h100", "--gpus", "1000000000000"], "beyond any catalogued system"),
+    (["gpt3_175b", "--gpu", "h100", "--gpus", "-3"], "positive integer"),
+    (["gpt3_175b", "--gpu", "h100", "--gpus", "512", "--tokens", "1e9"], "use --model"),
+    (["gpt3_175b", "--model", GPT3, "--gpu", "h100", "--gpus", "512"], "not both"),
+])
+def test_what_the_model_cannot_price_is_refused_in_one_line(capsys, argv, msg):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
+def test_the_search_never_leaves_a_stage_empty():
+    """96 layers over pp 64 would leave 16 stages without a layer: the search does not price it."""
+    p = make_plan(custom_workload(GPT3, gbs=1536), "h100", 1024, top=50)
+    for pr in p.predictions:
+        L = pr.layout
+        assert -(-96 // (L.pp * L.vpp)) * (L.pp * L.vpp - 1) < 96
+
+
+def test_a_model_plan_is_fast():
+    """Under a second of CPU (the shared test machine's wall clock varies with its load)."""
+    import time
+
+    t = time.process_time()
+    make_plan(custom_workload(GPT3, gbs=1536), "gb200", 8192)
+    assert time.process_time() - t < 1.0

@@ -1,0 +1,83 @@
+"""The software stack as an input: megatron (the MLPerf fit) and pytorch (fitted on torchtitan)."""
+
+import json
+import math
+
+import pytest
+
+from trainperf.cli.main import main
+from trainperf.plan.api import make_plan
+from trainperf.plan.calibration import load_calibration, parse_calibration
+from trainperf.plan.fitting import fit_pytorch, load_torchtitan, titan_error
+from trainperf.plan.hardware import cluster
+from trainperf.plan.perf import Layout, Model
+from trainperf.plan.workload import load_benchmark
+
+
+def test_every_torchtitan_row_cites_its_table():
+    rows = load_torchtitan()
+    assert len(rows) == 18 and {r.table for r in rows} == {1, 2, 3, 4, 5, 6}
+    assert all("pytorch/torchtitan/blob/31a17bf" in r.source and r.source.endswith(f"#table-{r.table}") for r in rows)
+    for r in rows:
+        L = r.layout
+        assert L.tp * L.pp * L.cp * L.dp == r.gpus, r.name
+
+
+def test_the_shipped_pytorch_fit_is_what_fitting_gives():
+    cal = load_calibration()
+    refit = fit_pytorch(parse_calibration(cal.to_toml()))
+    assert parse_calibration(refit.to_toml()).stack_eff_scale == cal.stack_eff_scale
+    assert parse_calibration(refit.to_toml()).stack_overlap == cal.stack_overlap
+    assert 0.3 < cal.stack_eff_scale["pytorch"] < 1.0  # PyTorch-native runs below Megatron's efficiency
+
+
+def test_pytorch_stack_reproduces_torchtitan_within_20_percent():
+    cal = load_calibration()
+    errs = [abs(titan_error(r, cal)) for r in load_torchtitan() if r.compiled]
+    assert len(errs) == 16 and 100 * sum(errs) / len(errs) < 20
+
+
+def test_fsdp_shards_weights_and_gradients_megatron_does_not():
+    b = load_benchmark("llama31_8b")
+    lay = Layout(tp=1, pp=1, dp=64, cp=1, mbs=1, gbs=64, precision="bf16")
+    meg = Model(b, cluster("h100", 64), load_calibration(), stack="megatron").memory(lay)
+    pt = Model(b, cluster("h100", 64), load_calibration(), stack="pytorch").memory(lay)
+    assert pt.weights < meg.weights / 4 and pt.grads < meg.grads / 4
+    assert pt.optimizer == pytest.approx(meg.optimizer * 8 / 12)  # Adam's moments; fp32 master is in weights
+
+
+def test_every_output_names_its_stack(capsys):
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "64", "--json"]) == 0
+    meg = json.loads(capsys.readouterr().out)
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "64", "--stack", "pytorch", "--json"]) == 0
+    pt = json.loads(capsys.readouterr().out)
+    assert meg["stack"] == "megatron" and pt["stack"] == "pytorch"
+    assert meg["tokens_per_s_per_gpu"] == pytest.approx(meg["tokens_per_s"] / 64, rel=1e-3)
+    assert pt["layout"]["precision"] in ("bf16", "fp8") and pt["minutes"] > meg["minutes"]
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "64"]) == 0
+    assert "software: megatron" in capsys.readouterr().out
+    assert main(["plan", "--model", "llama31_8b", "--gpu", "h100", "--gpus", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stack"] == "pytorch"  # trainperf's own trainer by default
+
+
+def test_the_pytorch_stack_trains_no_fp4(capsys):
+    assert main(["plan", "llama31_8b", "--gpu", "b200", "--gpus", "8", "--stack", "pytorch", "--precision", "fp4"]) == 2
+    assert "trains no fp4" in capsys.readouterr().err
+    p = make_plan("llama31_8b", "b200", 8, stack="pytorch")
+    assert all(x.layout.precision != "fp4" for x in p.predictions)
+
+
+def test_emit_run_names_the_stack_it_priced(capsys):
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "8", "--emit-run", "--stack", "pytorch",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stack"] == "pytorch" and d["run_command"].startswith("trainperf run llama31_8b")
+
+
+def test_megatron_numbers_do_not_move_with_the_pytorch_fit():
+    """The pytorch stack's parameters are its own: megatron plans read none of them."""
+    cal = load_calibration()
+    bare = parse_calibration(cal.to_toml().split("[stack_eff_scale]")[0])
+    a = make_plan("gpt3_175b", "h100", 1024, calib=cal, top=1).best.minutes
+    b = make_plan("gpt3_175b", "h100", 1024, calib=bare, top=1).best.minutes
+    assert a == b and not math.isnan(a)
