@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from trainperf.plan.validate import RESULTS, load_results  # noqa: E402
+from trainperf.plan.results import RESULTS, load_results  # noqa: E402
 from trainperf.plan.workload import load_benchmark  # noqa: E402
 
 OUT = ROOT / "src" / "trainperf" / "plan" / "data" / "logged_steps.csv"
