@@ -20,6 +20,7 @@ import json
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -330,8 +331,12 @@ def _run_jobs(jobs: list[Job], workers: int) -> None:
     cores = os.cpu_count() or 1
     with ProcessPoolExecutor(n, mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(max(1, cores // n),)) as pool:
-        for f in [pool.submit(make_piece, j) for j in jobs]:
-            f.result()  # the first failure (a DataError naming its file) ends the prepare
+        try:
+            for f in [pool.submit(make_piece, j) for j in jobs]:
+                f.result()  # the first failure (a DataError naming its file) ends the prepare
+        except BrokenProcessPool:
+            raise DataError("a prepare worker died (out of memory, or killed); run the same command again: "
+                            "the finished pieces are kept") from None
 
 
 def assemble(out: Path, records: list[dict], settings: dict, tok_name: str) -> None:
