@@ -21,6 +21,7 @@ import gzip
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import threading
@@ -86,8 +87,11 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def measure(cmd: list[str], env: dict) -> tuple[float, int, str]:
-    """(seconds, peak RSS of the process tree, stdout) of one command."""
+def measure(cmd: list[str], env: dict) -> tuple[float, float, int, str]:
+    """(seconds, CPU seconds, peak RSS of the process tree, stdout) of one command. The CPU seconds
+    (user + system of the command and every child it waited for) are what to compare on a machine
+    that other work shares: the wall time there depends on the neighbours."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -102,9 +106,11 @@ def measure(cmd: list[str], env: dict) -> tuple[float, int, str]:
     out, err = p.communicate()
     secs = time.perf_counter() - t0
     w.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({p.returncode}): {err.strip()[-400:]}")
-    return secs, peak[0], out
+    return secs, cpu, peak[0], out
 
 
 def _stdlib_text() -> list[str]:
@@ -170,28 +176,31 @@ def main() -> None:
         text_bytes = sum(len(json.loads(line)["text"].encode()) for f in sorted(corpus.iterdir())
                          for line in gzip.open(f, "rt", encoding="utf-8"))
         files = [str(f) for f in sorted(corpus.iterdir())]
-        loop_s, loop_rss, loop_out = measure([sys.executable, "-c", LOOP, str(tok_path), str(args.out / "loop.bin"),
+        loop_s, loop_cpu, loop_rss, loop_out = measure([sys.executable, "-c", LOOP, str(tok_path), str(args.out / "loop.bin"),
                                               *files], env)
         ds = args.out / f"ds_{mb}mb"
         subprocess.run(["rm", "-rf", str(ds)], check=True)
         prep = [sys.executable, "-m", "trainperf", "data", "prepare", str(corpus), "--out", str(ds),
                 "--tokenizer", str(tok_path)] + (["--workers", str(args.workers)] if args.workers else [])
-        prep_s, prep_rss, _ = measure(prep, env)
+        prep_s, prep_cpu, prep_rss, _ = measure(prep, env)
         meta = json.loads((ds / "meta.json").read_text())
         tokens = meta["train"]["tokens"] + meta["val"]["tokens"]
         if tokens != int(loop_out.strip()):
             raise SystemExit(f"token counts differ: prepare {tokens:,}, loop {int(loop_out):,}")
         row = {"text_mb": round(text_bytes / 2**20, 1), "files": args.files, "tokens": tokens,
-               "prepare_s": round(prep_s, 1), "prepare_peak_rss_gb": round(prep_rss / 2**30, 2),
-               "loop_s": round(loop_s, 1), "loop_peak_rss_gb": round(loop_rss / 2**30, 2),
-               "prepare_speed_vs_loop": round(loop_s / prep_s, 2)}
+               "prepare_s": round(prep_s, 1), "prepare_cpu_s": round(prep_cpu, 1),
+               "prepare_peak_rss_gb": round(prep_rss / 2**30, 2),
+               "loop_s": round(loop_s, 1), "loop_cpu_s": round(loop_cpu, 1), "loop_peak_rss_gb": round(loop_rss / 2**30, 2),
+               "prepare_speed_vs_loop": round(loop_s / prep_s, 2), "prepare_cpu_vs_loop": round(prep_cpu / loop_cpu, 2),
+               "load_average": os.getloadavg()[0]}
         rows.append(row)
         print(json.dumps(row))
-    print("\n| text | files | tokens | prepare | prepare peak RSS | loop | loop peak RSS | prepare speed / loop |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| text | files | tokens | prepare: wall, CPU, peak RSS | loop: wall, CPU, peak RSS | speed vs loop (wall) | CPU vs loop |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['text_mb']} MB | {r['files']} | {r['tokens']:,} | {r['prepare_s']} s | {r['prepare_peak_rss_gb']} GB | "
-              f"{r['loop_s']} s | {r['loop_peak_rss_gb']} GB | {r['prepare_speed_vs_loop']} |")
+        print(f"| {r['text_mb']} MB | {r['files']} | {r['tokens']:,} | {r['prepare_s']} s, {r['prepare_cpu_s']} s, "
+              f"{r['prepare_peak_rss_gb']} GB | {r['loop_s']} s, {r['loop_cpu_s']} s, {r['loop_peak_rss_gb']} GB | "
+              f"{r['prepare_speed_vs_loop']} | {r['prepare_cpu_vs_loop']} |")
 
 
 if __name__ == "__main__":

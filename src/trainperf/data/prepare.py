@@ -189,20 +189,22 @@ def make_piece(job: Job) -> dict:
 
     def flush(batch: list[Document]) -> None:
         ids = tok.encode_batch([d.text for d in batch])
+        raw = [d.text.encode("utf-8") for d in batch]
+        for d, r in zip(batch, raw):
+            for part in (d.id.encode("utf-8"), r):
+                fp.update(len(part).to_bytes(8, "little"))
+                fp.update(part)
+        splits = [_split_of(d, inp.role) for d in batch]
         for split in ("train", "val"):
-            keep = [(d, x) for d, x in zip(batch, ids) if _split_of(d, inp.role) == split]
+            keep = [i for i, s in enumerate(splits) if s == split]
             if not keep:
                 continue
-            docs = [x + [eod] if eod is not None else x for _, x in keep]
+            docs = [ids[i] + [eod] for i in keep] if eod is not None else [ids[i] for i in keep]
             writers[split].add(docs)
             c = count[split]
             c["documents"] += len(docs)
             c["tokens"] += sum(map(len, docs))
-            c["bytes"] += sum(len(d.text.encode("utf-8")) for d, _ in keep)
-        for d in batch:
-            for part in (d.id.encode("utf-8"), d.text.encode("utf-8")):
-                fp.update(len(part).to_bytes(8, "little"))
-                fp.update(part)
+            c["bytes"] += sum(len(raw[i]) for i in keep)
 
     try:
         batch: list[Document] = []
