@@ -113,3 +113,19 @@ def test_a_partial_set_of_pieces_is_not_assembled(tmp_path):
     prepare_corpus(out, str(src), "byte", workers=1, shard=(0, 2))
     with pytest.raises(DataError, match="meta.json: missing"):
         open_dataset(out)
+
+
+def test_a_live_writers_temporary_files_are_left_alone(tmp_path):
+    """Concurrent --shard runs share pieces/: a rerun removes only dead writers' leftovers."""
+    import socket
+
+    from trainperf.data.prepare import _sweep_temp
+
+    host = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    names = {"live": f".t00000_train.{host}.{os.getpid()}.bin", "dead": f".t00001_val.{host}.{dead.stdout.strip()}.idx",
+             "other_host": f".t00002_train.elsewhere.example.1.bin", "not_ours": ".notes.txt"}
+    for n in names.values():
+        (tmp_path / n).write_bytes(b"x")
+    _sweep_temp(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -32,14 +33,15 @@ from trainperf import atomic
 from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
                                    synthetic_documents)
 from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_meta
-from trainperf.data.indexed import IndexWriter, token_dtype
+from trainperf.data.indexed import IndexWriter, temp_owner, token_dtype
 from trainperf.data.prepared import sha256_file, with_val
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
 from trainperf.errors import DataError, UsageError
 
 BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
-_PIECE_FILE = re.compile(r"^(?:[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)|\.[tv]\d{5}_(?:train|val)\.\d+\.(?:bin|idx))$")
+_PIECE_FILE = re.compile(r"^[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)$")
+_PIECE_TEMP = re.compile(r"^\.[tv]\d{5}_(?:train|val)\.")
 
 
 @dataclass(frozen=True)
@@ -318,10 +320,26 @@ def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> s
 
 
 def _sweep_temp(pieces: Path) -> None:
-    """A killed worker's half-written files (ours: dot-named piece files)."""
+    """Half-written piece files of writers on this machine that are no longer running (a killed
+    prepare's); another machine's, or a live writer's (a concurrent --shard), are left alone."""
+    host = socket.gethostname()
     for p in pieces.iterdir():
-        if p.name.startswith(".") and _PIECE_FILE.match(p.name):
+        owner = temp_owner(p.name) if _PIECE_TEMP.match(p.name) else None
+        if owner and owner[0] == host and not _alive(owner[1]):
             p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed worker whose parent died too can linger as a zombie until someone reaps it
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _run_jobs(jobs: list[Job], workers: int) -> None:
