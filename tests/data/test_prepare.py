@@ -34,6 +34,17 @@ def _tokens(path: Path) -> tuple[bytes, bytes, dict]:
             d.meta["documents"])
 
 
+def _group_running(pgid: int) -> bool:
+    for d in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def _piece_files(out: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "pieces").iterdir()}
 
@@ -84,6 +95,8 @@ def test_killed_prepare_rerun_gives_the_uninterrupted_tokens(tmp_path):
         time.sleep(0.005)
     os.killpg(p.pid, signal.SIGKILL)  # the whole process group: the workers too, as a job kill does
     p.wait()
+    while _group_running(p.pid):  # SIGKILL is sent; the workers take a moment to be gone
+        time.sleep(0.01)
     files = _piece_files(out) if (out / "pieces").is_dir() else {}
     # a piece is finished when its record is written (its last step); a killed one may have renamed
     # its .bin/.idx into place already, and is made again
