@@ -27,8 +27,6 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from trainperf import atomic
 from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
                                    synthetic_documents)
@@ -279,7 +277,7 @@ def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 
     missing = [j.inp.name for j, r in zip(jobs, records) if (r or {}).get("key") != j.key]
     if missing:
         raise DataError(f"{out}: pieces {', '.join(missing[:5])} are not finished")
-    assemble(out, records, settings, tokenizer_name(out, tok_file, tokenizer, vocab))
+    assemble(out, records, settings, tokenizer_name(tokenizer, vocab))
     return out
 
 
@@ -291,7 +289,7 @@ def _assembled(out: Path, jobs: list[Job]) -> bool:
         return False
 
 
-def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
+def tokenizer_name(spec: str, vocab: int) -> str:
     if spec in ("byte", "bpe"):
         return "byte" if spec == "byte" else f"bpe{vocab}"
     return f"file:{Path(spec).name}"
@@ -300,7 +298,9 @@ def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
 def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> str:
     """The tokenizer file inside `out` that the workers load (trained here for 'bpe')."""
     if spec == "byte":
-        ByteTokenizer().save(out / "tokenizer.json") if not (out / "tokenizer.json").is_file() else None
+        if not (out / "tokenizer.json").is_file():
+            with atomic.atomic_path(out / "tokenizer.json") as tmp:
+                ByteTokenizer().save(tmp)
         return "byte"
     name = _tokenizer_file(spec)
     if (out / name).is_file():
