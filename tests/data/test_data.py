@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from trainperf.config import DataConfig
-from trainperf.data.corpus import DataError, Document, file_documents, stdlib_documents
+from trainperf.data.corpus import DataError, file_documents, stdlib_documents
 from trainperf.data.pipeline import TrainBatches, build_eval_set, open_dataset, prepare, synthetic_documents
 from trainperf.data.prepare import prepare_corpus
 from trainperf.data.prepare import verify as prepared_verify

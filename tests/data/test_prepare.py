@@ -34,6 +34,17 @@ def _tokens(path: Path) -> tuple[bytes, bytes, dict]:
             d.meta["documents"])
 
 
+def _group_running(pgid: int) -> bool:
+    for d in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def _piece_files(out: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (out / "pieces").iterdir()}
 
@@ -84,7 +95,13 @@ def test_killed_prepare_rerun_gives_the_uninterrupted_tokens(tmp_path):
         time.sleep(0.005)
     os.killpg(p.pid, signal.SIGKILL)  # the whole process group: the workers too, as a job kill does
     p.wait()
-    finished = {k: v for k, v in _piece_files(out).items() if not k.startswith(".")} if (out / "pieces").is_dir() else {}
+    while _group_running(p.pid):  # SIGKILL is sent; the workers take a moment to be gone
+        time.sleep(0.01)
+    files = _piece_files(out) if (out / "pieces").is_dir() else {}
+    # a piece is finished when its record is written (its last step); a killed one may have renamed
+    # its .bin/.idx into place already, and is made again
+    recorded = {k[:-5] for k in files if k.endswith(".json")}
+    finished = {k: v for k, v in files.items() if k.split("_")[0].split(".")[0] in recorded}
     print("pieces finished before the kill:", sorted(k for k in finished if k.endswith(".json")))
     assert _tokens(prepare_corpus(out, str(src), "byte", workers=2)) == ref
     assert {k: v for k, v in _piece_files(out).items() if k in finished} == finished  # kept, not redone
@@ -109,3 +126,19 @@ def test_a_partial_set_of_pieces_is_not_assembled(tmp_path):
     prepare_corpus(out, str(src), "byte", workers=1, shard=(0, 2))
     with pytest.raises(DataError, match="meta.json: missing"):
         open_dataset(out)
+
+
+def test_a_live_writers_temporary_files_are_left_alone(tmp_path):
+    """Concurrent --shard runs share pieces/: a rerun removes only dead writers' leftovers."""
+    import socket
+
+    from trainperf.data.prepare import _sweep_temp
+
+    host = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    names = {"live": f".t00000_train.{host}.{os.getpid()}.bin", "dead": f".t00001_val.{host}.{dead.stdout.strip()}.idx",
+             "other_host": f".t00002_train.elsewhere.example.1.bin", "not_ours": ".notes.txt"}
+    for n in names.values():
+        (tmp_path / n).write_bytes(b"x")
+    _sweep_temp(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")

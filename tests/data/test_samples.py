@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainperf.config import DataConfig
-from trainperf.data.corpus import DataError, Document, file_documents
+from trainperf.data.corpus import DataError, file_documents
 from trainperf.data.pipeline import eval_set, open_dataset, prepare, train_batches
 from trainperf.data.samples import IGNORE, SampleData, pair_sample, read_samples, write_samples
 from trainperf.data.prepare import prepare_corpus

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.data.corpus import held_out
+from trainperf.data.corpus import VAL_THRESHOLD
 from trainperf.data.indexed import IndexedTokens, is_prefix, open_prefix, parse_blend
-from trainperf.data.prepared import sha256_file
 from trainperf.data.tokenizer import Tokenizer, load_tokenizer
 from trainperf.errors import DataError
 
@@ -31,7 +30,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 class TokenStream:
     """Documents of one or more prefixes (all of each, or the selected ones) as one token stream.
-    `take` reads a span of the concatenated tokens (the random-window sampler); `documents` and
+    `take` reads a span of the concatenated tokens (the random-window sampler); `lengths` and
     `document` serve the GPT sampler, which works on whole documents as Megatron does."""
 
     def __init__(self, parts: list[IndexedTokens], select: list[np.ndarray | None] | None = None):
@@ -56,7 +55,7 @@ class TokenStream:
         lens = np.concatenate(seg_len).astype(np.int64) if seg_len else np.zeros(0, np.int64)
         self.cum = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         self.size = int(self.cum[-1])
-        self._docs: tuple[np.ndarray, np.ndarray] | None = None
+        self._docs: np.ndarray | None = None  # documents before each part (cumulative)
 
     @property
     def dtype(self) -> np.dtype:
@@ -82,14 +81,10 @@ class TokenStream:
             return self.parts[0].tokens[starts[:, None] + np.arange(n)[None, :]]
         return np.stack([self.take(int(s), n) for s in starts])
 
-    def documents(self) -> tuple[np.ndarray, np.ndarray]:
-        """(part of each document, its sequence index in the part), in stream order."""
+    def _doc_cum(self) -> np.ndarray:
         if self._docs is None:
-            part = [np.full(p.n_sequences if s is None else s.size, i, np.int32)
-                    for i, (p, s) in enumerate(zip(self.parts, self.select))]
-            local = [np.arange(p.n_sequences, dtype=np.int64) if s is None else s.astype(np.int64)
-                     for p, s in zip(self.parts, self.select)]
-            self._docs = (np.concatenate(part), np.concatenate(local))
+            counts = [p.n_sequences if s is None else s.size for p, s in zip(self.parts, self.select)]
+            self._docs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return self._docs
 
     def lengths(self) -> np.ndarray:
@@ -98,11 +93,19 @@ class TokenStream:
 
     @property
     def n_documents(self) -> int:
-        return sum(p.n_sequences if s is None else s.size for p, s in zip(self.parts, self.select))
+        return int(self._doc_cum()[-1])
 
     def document(self, d: int, offset: int = 0, length: int | None = None) -> np.ndarray:
-        part, local = self.documents()
-        return self.parts[int(part[d])].sequence(int(local[d]), offset, length)
+        """Document d of the stream (its tokens from `offset`, `length` of them); O(log parts), no
+        per-document table (a C4 partition has tens of millions of documents, on every rank)."""
+        if len(self.parts) == 1:
+            part, local = 0, d
+        else:
+            cum = self._doc_cum()
+            part = int(np.searchsorted(cum, d, side="right")) - 1
+            local = d - int(cum[part])
+        sel = self.select[part]
+        return self.parts[part].sequence(int(sel[local]) if sel is not None else local, offset, length)
 
 
 @dataclass
@@ -167,12 +170,35 @@ def open_folder(path: Path, meta: dict, tokenizer: Tokenizer | None = None) -> T
     return TokenData(path, meta, tok, TokenStream(train), TokenStream(val))
 
 
+def held_out_indices(name: str, n: int) -> np.ndarray:
+    """Which of a prefix's n documents are held out: the first byte of a 64-bit mix (splitmix64) of
+    the document's index and the prefix's name below corpus.VAL_THRESHOLD (8/256, ~3%), as text
+    documents are held out by the first byte of a hash of their id; vectorised, because a C4
+    prefix has hundreds of millions of documents and every rank opens it."""
+    seed = np.uint64(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little"))
+    out = np.empty(n, dtype=bool)
+    for lo in range(0, n, 1 << 24):  # a chunk at a time: bounded temporary memory
+        x = np.arange(lo, min(n, lo + (1 << 24)), dtype=np.uint64) + seed
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        out[lo:lo + x.size] = (x >> np.uint64(56)) < VAL_THRESHOLD
+    return out
+
+
 def _prefix_fingerprint(prefixes: list[Path]) -> str:
-    """Cheap identity of Megatron prefixes: the index files' bytes and the token files' sizes."""
+    """A cheap identity of Megatron prefixes, for the run's log: each file's size and the first and
+    last 64 KiB of each index (the header, the first lengths, the last document boundaries). A C4
+    partition's .idx is near a gigabyte, too much to hash on every rank at every start."""
     h = hashlib.sha256()
     for p in prefixes:
-        h.update(sha256_file(Path(f"{p}.idx")).encode())
-        h.update(str(Path(f"{p}.bin").stat().st_size).encode())
+        idx = Path(f"{p}.idx")
+        size = idx.stat().st_size
+        h.update(f"{size}:{Path(f'{p}.bin').stat().st_size}".encode())
+        with idx.open("rb") as f:
+            h.update(f.read(1 << 16))
+            f.seek(max(0, size - (1 << 16)))
+            h.update(f.read(1 << 16))
     return h.hexdigest()
 
 
@@ -225,8 +251,7 @@ def open_megatron(spec: str, val_spec: str = "", tokenizer: Tokenizer | None = N
         for w, parts in sources:
             train_sel = []
             for p in parts:
-                is_val = np.fromiter((held_out(f"{p.prefix.name}#{i}") for i in range(p.n_sequences)),
-                                     dtype=bool, count=p.n_sequences)
+                is_val = held_out_indices(p.prefix.name, p.n_sequences)
                 train_sel.append(np.flatnonzero(~is_val))
                 val_parts.append(p), val_sel.append(np.flatnonzero(is_val))
             streams.append((w, TokenStream(parts, train_sel)))

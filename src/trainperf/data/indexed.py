@@ -19,6 +19,7 @@ the index says, so a truncated file is refused at once without reading its token
 from __future__ import annotations
 
 import os
+import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +143,9 @@ class IndexWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODES:
             raise DataError(f"{self.prefix}: dtype {self.dtype} has no Megatron code")
-        self._tmp = self.prefix.with_name(f".{self.prefix.name}.{os.getpid()}")
+        # host and pid in the temporary name: writers on several machines can share a folder, and
+        # a later run can tell a dead writer's leftovers from a live one's (temp_owner)
+        self._tmp = self.prefix.with_name(f".{self.prefix.name}.{socket.gethostname()}.{os.getpid()}")
         self._bin = open(f"{self._tmp}.bin", "wb")
         self._lengths: list[np.ndarray] = []
 
@@ -168,6 +171,14 @@ class IndexWriter:
         self._bin.close()
         for ext in (".bin", ".idx"):
             Path(f"{self._tmp}{ext}").unlink(missing_ok=True)
+
+
+def temp_owner(name: str) -> tuple[str, int] | None:
+    """(host, pid) of the IndexWriter that made temporary file `name`, or None if it is not one."""
+    parts = name.split(".")
+    if len(parts) < 5 or parts[0] != "" or parts[-1] not in ("bin", "idx") or not parts[-2].isdigit():
+        return None
+    return ".".join(parts[2:-2]), int(parts[-2])
 
 
 def write_index(path: Path, dtype: np.dtype, lengths: np.ndarray, doc_index: np.ndarray | None = None) -> None:

@@ -78,6 +78,9 @@ def open_tokens_source(cfg: DataConfig):
     """data.corpus as token data, read as it is."""
     folder = Path(cfg.corpus).expanduser()
     if len(cfg.corpus.split()) == 1 and (folder / "meta.json").is_file():
+        if cfg.val:
+            raise DataError(f"data.val: {folder} is a prepared folder with its own validation split; prepare it "
+                            "with --val instead")
         given = _given_tokenizer(cfg) if cfg.tokenizer not in ("bpe", "byte") else None
         return open_dataset(folder, given)
     return open_megatron(cfg.corpus, cfg.val, _given_tokenizer(cfg))

@@ -19,26 +19,27 @@ import hashlib
 import json
 import os
 import re
+import socket
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from trainperf import atomic
 from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
                                    synthetic_documents)
 from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_meta
-from trainperf.data.indexed import IndexWriter, token_dtype
+from trainperf.data.indexed import IndexWriter, temp_owner, token_dtype
 from trainperf.data.prepared import sha256_file, with_val
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
 from trainperf.errors import DataError, UsageError
 
 BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
-_PIECE_FILE = re.compile(r"^(?:[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)|\.[tv]\d{5}_(?:train|val)\.\d+\.(?:bin|idx))$")
+_PIECE_FILE = re.compile(r"^[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)$")
+_PIECE_TEMP = re.compile(r"^\.[tv]\d{5}_(?:train|val)\.")
 
 
 @dataclass(frozen=True)
@@ -188,20 +189,22 @@ def make_piece(job: Job) -> dict:
 
     def flush(batch: list[Document]) -> None:
         ids = tok.encode_batch([d.text for d in batch])
+        raw = [d.text.encode("utf-8") for d in batch]
+        for d, r in zip(batch, raw):
+            for part in (d.id.encode("utf-8"), r):
+                fp.update(len(part).to_bytes(8, "little"))
+                fp.update(part)
+        splits = [_split_of(d, inp.role) for d in batch]
         for split in ("train", "val"):
-            keep = [(d, x) for d, x in zip(batch, ids) if _split_of(d, inp.role) == split]
+            keep = [i for i, s in enumerate(splits) if s == split]
             if not keep:
                 continue
-            docs = [x + [eod] if eod is not None else x for _, x in keep]
+            docs = [ids[i] + [eod] for i in keep] if eod is not None else [ids[i] for i in keep]
             writers[split].add(docs)
             c = count[split]
             c["documents"] += len(docs)
             c["tokens"] += sum(map(len, docs))
-            c["bytes"] += sum(len(d.text.encode("utf-8")) for d, _ in keep)
-        for d in batch:
-            for part in (d.id.encode("utf-8"), d.text.encode("utf-8")):
-                fp.update(len(part).to_bytes(8, "little"))
-                fp.update(part)
+            c["bytes"] += sum(len(raw[i]) for i in keep)
 
     try:
         batch: list[Document] = []
@@ -274,7 +277,7 @@ def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 
     missing = [j.inp.name for j, r in zip(jobs, records) if (r or {}).get("key") != j.key]
     if missing:
         raise DataError(f"{out}: pieces {', '.join(missing[:5])} are not finished")
-    assemble(out, records, settings, tokenizer_name(out, tok_file, tokenizer, vocab))
+    assemble(out, records, settings, tokenizer_name(tokenizer, vocab))
     return out
 
 
@@ -286,7 +289,7 @@ def _assembled(out: Path, jobs: list[Job]) -> bool:
         return False
 
 
-def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
+def tokenizer_name(spec: str, vocab: int) -> str:
     if spec in ("byte", "bpe"):
         return "byte" if spec == "byte" else f"bpe{vocab}"
     return f"file:{Path(spec).name}"
@@ -295,7 +298,9 @@ def tokenizer_name(out: Path, tok_file: str, spec: str, vocab: int) -> str:
 def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> str:
     """The tokenizer file inside `out` that the workers load (trained here for 'bpe')."""
     if spec == "byte":
-        ByteTokenizer().save(out / "tokenizer.json") if not (out / "tokenizer.json").is_file() else None
+        if not (out / "tokenizer.json").is_file():
+            with atomic.atomic_path(out / "tokenizer.json") as tmp:
+                ByteTokenizer().save(tmp)
         return "byte"
     name = _tokenizer_file(spec)
     if (out / name).is_file():
@@ -315,10 +320,26 @@ def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> s
 
 
 def _sweep_temp(pieces: Path) -> None:
-    """A killed worker's half-written files (ours: dot-named piece files)."""
+    """Half-written piece files of writers on this machine that are no longer running (a killed
+    prepare's); another machine's, or a live writer's (a concurrent --shard), are left alone."""
+    host = socket.gethostname()
     for p in pieces.iterdir():
-        if p.name.startswith(".") and _PIECE_FILE.match(p.name):
+        owner = temp_owner(p.name) if _PIECE_TEMP.match(p.name) else None
+        if owner and owner[0] == host and not _alive(owner[1]):
             p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed worker whose parent died too can linger as a zombie until someone reaps it
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _run_jobs(jobs: list[Job], workers: int) -> None:
@@ -330,8 +351,12 @@ def _run_jobs(jobs: list[Job], workers: int) -> None:
     cores = os.cpu_count() or 1
     with ProcessPoolExecutor(n, mp_context=get_context("spawn"), initializer=_init_worker,
                              initargs=(max(1, cores // n),)) as pool:
-        for f in [pool.submit(make_piece, j) for j in jobs]:
-            f.result()  # the first failure (a DataError naming its file) ends the prepare
+        try:
+            for f in [pool.submit(make_piece, j) for j in jobs]:
+                f.result()  # the first failure (a DataError naming its file) ends the prepare
+        except BrokenProcessPool:
+            raise DataError("a prepare worker died (out of memory, or killed); run the same command again: "
+                            "the finished pieces are kept") from None
 
 
 def assemble(out: Path, records: list[dict], settings: dict, tok_name: str) -> None:

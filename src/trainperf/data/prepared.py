@@ -1,6 +1,6 @@
-"""What every prepared data folder shares, whatever it holds (token shards or fine-tuning samples):
-its meta.json, its tokenizer, checksums and the token dtype. Both kinds build on this module, so
-neither imports the other.
+"""What prepared folders share: checksums, the token dtype, the fingerprint rule, and the
+fine-tuning samples folder's meta.json (format 1). Token data is Megatron's indexed dataset
+(data/dataset.py, format 2).
 """
 
 from __future__ import annotations

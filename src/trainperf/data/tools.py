@@ -25,9 +25,19 @@ def parse_shard(text: str) -> tuple[int, int] | None:
 
 
 def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple[int, int] | None) -> int:
-    from trainperf.data.pipeline import prepare as _prepare
+    if cfg.kind == "tokens":
+        # straight to the pieces: the training pipeline's imports (torch) would cost every prepare
+        # seconds of start-up and memory
+        from trainperf.data.dataset import open_folder, read_meta
+        from trainperf.data.prepare import prepare_corpus
 
-    data = _prepare(cfg, out=out, row_len=seq_len, workers=workers, shard=shard)
+        done = prepare_corpus(out, cfg.corpus, cfg.tokenizer, cfg.bpe_vocab_size, cfg.val, cfg.eod, workers, shard,
+                              corpus_name=cfg.corpus if cfg.corpus == "stdlib" else str(Path(cfg.corpus).resolve()))
+        data = open_folder(done, read_meta(done)) if done is not None else None
+    else:
+        from trainperf.data.pipeline import prepare as _prepare
+
+        data = _prepare(cfg, out=out, row_len=seq_len, workers=workers, shard=shard)
     if data is None:
         print(f"prepared shard {shard[0]}/{shard[1]} of {cfg.corpus}'s pieces in {out / 'pieces'}; run the same "
               "command without --shard to assemble the dataset")
