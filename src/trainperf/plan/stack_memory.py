@@ -18,14 +18,24 @@ parameter (2 under bf16 mixed precision, else 4):
                schedule also keeps the stage's parameters gathered through backward: + w·P)
   gathered     w·(2 blocks + the root's embedding, final norm and head): FSDP2's all-gathered
                parameters, the root's for the whole step, a block's while it runs and the last one's
-               from its forward to its backward (none without FSDP: the parameters are in `weights`)
-  activations  `plan.memory.activation_bytes_per_layer` (16-bit; x2 in fp32) x the stage's layers x
-               the micro-batches its schedule keeps in flight (`in_flight`)
+               from its forward to its backward (none without FSDP: the parameters are in `weights`;
+               none under a pipeline: `accumulation` holds them all)
+  activations  `plan.memory.activation_bytes_per_layer` (16-bit; x2 in fp32), plus, without
+               recompute, the SwiGLU's SiLU output 2·s·b·f/tp (the trainer's unfused gate·up
+               product saves it for its backward, beside the gate, the up projection and the
+               product that count has), x the stage's layers x the micro-batches its schedule
+               keeps in flight (`in_flight`)
   logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
                every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
                per token and vocabulary entry (its forward holds 10 in bf16: logits, their fp32
                copy, the log-softmax)
+
+The peak is the resident state (weights, optimizer) plus what the step holds when its activations
+peak: the sharded gradients only where they accumulate from the first micro-batch on (reduce-scatter
+every micro-batch, or no FSDP); the whole gradients (`accumulation`) only where a backward has run
+before the peak, i.e. where the schedule has a steady phase (fewer micro-batches in flight than the
+step has; GPipe and a step that is all warm-up have none).
 
 Not counted: the CUDA context, cuBLAS/NCCL workspaces and buffers, allocator fragmentation (the
 planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 weights here).
@@ -53,10 +63,13 @@ class StackMemory:
     activations: float
     logits: float
     accumulation_mode: str
+    grads_at_peak: bool = True  # the sharded gradients exist while the activations peak
 
     @property
     def total(self) -> float:
-        return (self.weights + self.grads + self.optimizer + self.accumulation + self.gathered
+        """The peak: the resident state, and what the step holds at its peak (see the module)."""
+        grads = self.grads if self.grads_at_peak else 0.0
+        return (self.weights + grads + self.optimizer + self.accumulation + self.gathered
                 + self.activations + self.logits)
 
     def as_gb(self) -> dict:
@@ -138,7 +151,10 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     layers = stage_layer_counts(cfg.n_layer, pp, vpp)
     frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
     act_layer = activation_bytes_per_layer(cfg, cfg.seq_len // cp, mbs, tp=tp, sp=True, recompute=recompute,
-                                           flash=True, dropout=False, frozen_mlp=frozen_mlp) * (w // 2)
+                                           flash=True, dropout=False, frozen_mlp=frozen_mlp)
+    if cfg.gated and recompute == "none":
+        act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
+    act_layer *= w // 2
     best = None
     for p in range(pp):
         first, last = p == 0, p == pp - 1
@@ -155,12 +171,17 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
             mode, acc = "unsharded", 4 * T
         else:
             mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
-        gathered = w * (2 * blk + root) / tp if F > 1 else 0.0
-        acts = act_layer * layers[p] * in_flight(schedule, pp, vpp, p, accum)
+        flight = in_flight(schedule, pp, vpp, p, accum)
+        acts = act_layer * layers[p] * flight
+        if flight >= accum:
+            acc = 0.0  # the peak comes before any backward: nothing accumulated yet
+        # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
+        gathered = w * (2 * blk + root) / tp if F > 1 and not (mode == "pipeline" and acc) else 0.0
         seq = cfg.seq_len // cp
         logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
         m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
-                        activations=acts, logits=logits, accumulation_mode=mode)
+                        activations=acts, logits=logits, accumulation_mode=mode,
+                        grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
         if best is None or m.total > best.total:
             best = m
     return best
