@@ -24,7 +24,12 @@ parameter (2 under bf16 mixed precision, else 4):
                recompute, the SwiGLU's SiLU output 2·s·b·f/tp (the trainer's unfused gate·up
                product saves it for its backward, beside the gate, the up projection and the
                product that count has), x the stage's layers x the micro-batches its schedule
-               keeps in flight (`in_flight`)
+               keeps in flight (`in_flight`). Two more per layer where the trainer has them:
+               LoRA's adapter dropout keeps a mask (1 byte) and its output (2) of each adapted
+               projection's input (the whole s·b·h a column-parallel projection gathers, 1/tp of a
+               row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
+               causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
+               CUDA with NCCL runs where a fused kernel takes the shape, has none)
   logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
                every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
@@ -155,6 +160,13 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     if cfg.gated and recompute == "none":
         act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
     act_layer *= w // 2
+    s_loc = cfg.seq_len // cp
+    if cfg.lora_rank and cfg.lora_dropout > 0:
+        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
+        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
+        act_layer += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
+    if cp > 1 and recompute != "full":
+        act_layer += s_loc * cfg.seq_len * w
     best = None
     for p in range(pp):
         first, last = p == 0, p == pp - 1

@@ -34,9 +34,9 @@ class LocalEngine:
     """The whole model on this rank (data, tensor and context parallel layouts)."""
 
     def __init__(self, model: nn.Module, r: Recipe, dims: ParallelDims, device: torch.device, accum: int = 1,
-                 device_bytes: float | None = None):
+                 device_bytes: float | None = None, grad_mode: str | None = None):
         self.parts, self.r, self.dims, self.device = [model], r, dims, device
-        self.grad_sync_mode = accumulation_mode(model, dims.tp, accum, device_bytes or device_memory(device))
+        self.grad_sync_mode = grad_mode or accumulation_mode(model, dims.tp, accum, device_bytes or device_memory(device))
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
         """Forward and backward of this rank's batch in `accum` micro-batches, gradients reduced
@@ -133,9 +133,9 @@ def device_memory(device: torch.device) -> float:
 
 
 def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int,
-                device_bytes: float | None = None):
+                device_bytes: float | None = None, grad_mode: str | None = None):
     """The engine of this rank's parts; `device_bytes` (default: the device's own) decides how
-    FSDP2 accumulates gradients (parallel.apply.accumulation_mode)."""
+    FSDP2 accumulates gradients (parallel.apply.accumulation_mode), unless `grad_mode` names it."""
     if dims.pp == 1:
-        return LocalEngine(parts[0], r, dims, device, accum, device_bytes)
+        return LocalEngine(parts[0], r, dims, device, accum, device_bytes, grad_mode)
     return PipelineEngine(parts, r, dims, device, accum)

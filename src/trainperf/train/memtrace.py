@@ -160,6 +160,7 @@ class MemoryTrace:
     grad_sync: str
     stages: list[StageTrace] = field(default_factory=list)
     not_counted: str = NOT_COUNTED
+    depths: tuple[int, int] | None = None  # the layers per stage traced, where a deep model was extended
 
     @property
     def peak(self) -> StageTrace:
@@ -259,7 +260,8 @@ def trace_recipe(r: Recipe) -> Recipe:
     return r
 
 
-def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, seed: int = 0) -> tuple[StageTrace, str]:
+def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, seed: int = 0,
+                grad_mode: str | None = None) -> tuple[StageTrace, str]:
     """Build rank `rank`'s parts of `r` on a fake `world`-rank group and run one training step and one
     evaluation batch on fake tensors; its memory, and the gradient-sync mode the engine chose."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -277,7 +279,7 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
         dims.build_mesh(device.type)  # outside the fake mode: the mesh's rank tables are real
         with real_meshes(), cuda_kernels(), FakeTensorMode(allow_non_fake_inputs=True):
             parts, _ = build_parts(r, dims, device, seed)
-            engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes)
+            engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes, grad_mode=grad_mode)
             opt = Optimizers(parts, r, device)
             live = LiveBytes()
             for part in parts:
@@ -417,16 +419,85 @@ def _in_child(fn, *args):
     return value
 
 
-def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0) -> MemoryTrace:
-    """The traced memory of every pipeline stage's first rank (the ranks of one stage hold the same
-    shapes: tp, cp and FSDP shards are even or differ by a row), each traced in a process of its own."""
+DEPTHS = (2, 3)  # layers per (virtual) stage of the two shallow traces a deep model is extrapolated from
+
+
+def traced_pp_ranks(r: Recipe, dims: ParallelDims) -> list[int]:
+    """The pipeline ranks worth tracing: the first (embedding, the most micro-batches in flight), the
+    last (head and loss), and of the others the one the planner finds busiest (layers x micro-batches
+    in flight); the rest hold no more than it."""
+    from trainperf.plan.stack_memory import in_flight, stage_layer_counts
+
+    pp = dims.pp
+    if pp <= 3:
+        return list(range(pp))
+    layers = stage_layer_counts(r.model.n_layer, pp, r.parallel.vpp)
+    accum = dims.batch(r.train).accum
+    mid = max(range(1, pp - 1), key=lambda p: layers[p] * in_flight(r.parallel.pp_schedule, pp, r.parallel.vpp, p, accum))
+    return [0, mid, pp - 1]
+
+
+def _grad_mode(r: Recipe, dims: ParallelDims, device_bytes: float | None) -> str | None:
+    """How the full-depth rank would accumulate gradients (a shallow trace's fewer parameters must not
+    decide it): parallel.apply.accumulation_mode's rule on the whole model's trainable parameters."""
+    from trainperf.model.transformer import Transformer
+    from trainperf.parallel.apply import ACCUM_LOCAL, ACCUM_REDUCE_EACH, ACCUM_UNSHARDED
+    from trainperf.parallel.dims import unsharded_grads_fit
+
+    if dims.pp > 1 or device_bytes is None:
+        return None
+    if not dims.fsdp or dims.batch(r.train).accum == 1:
+        return None if dims.ddp else ACCUM_LOCAL
+    with torch.device("meta"):
+        model = Transformer(r.model)
+    grads = 4 * sum(p.numel() for p in model.parameters() if p.requires_grad) // dims.tp
+    return ACCUM_UNSHARDED if unsharded_grads_fit(grads, device_bytes) else ACCUM_REDUCE_EACH
+
+
+def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0,
+                 exact: bool = False) -> MemoryTrace:
+    """The traced memory of the pipeline ranks `traced_pp_ranks` picks (the first rank of each: the
+    ranks of one stage hold the same shapes, tp, cp and FSDP shards being even or a row apart), each
+    traced in a process of its own.
+
+    A model deeper than DEPTHS[-1] layers per (virtual) stage is traced at DEPTHS[0] and DEPTHS[1]
+    layers per stage, unless `exact`, and each rank's peak extended linearly to its own layers: the
+    blocks are identical, so every term grows by the same bytes per block (tests check that the
+    trace is affine in depth and that the extension matches a full trace)."""
+    import copy
+
     r = trace_recipe(r)
     dims = ParallelDims.for_recipe(r, world)
     per = world // dims.pp
-    out = None
-    for p in range(dims.pp):
-        st, mode = _in_child(trace_stage, r, world, p * per, device_bytes, seed)
-        if out is None:
-            out = MemoryTrace(world, r.train.precision, mode)
-        out.stages.append(st)
+    n_chunks = dims.pp * r.parallel.vpp
+    mode = _grad_mode(r, dims, device_bytes)
+    pp_ranks = traced_pp_ranks(r, dims)
+    deep = not exact and r.model.n_layer > DEPTHS[-1] * n_chunks
+    depths = DEPTHS if deep else (None,)
+    runs: dict = {}
+    for k in depths:
+        rk = r
+        if k is not None:
+            rk = copy.deepcopy(r)
+            rk.model.n_layer = k * n_chunks
+        for p in pp_ranks:
+            runs[k, p] = _in_child(trace_stage, rk, world, p * per, device_bytes, seed, mode)
+    out = MemoryTrace(world, r.train.precision, runs[depths[0], 0][1])
+    out.depths = None if not deep else DEPTHS
+    if not deep:
+        out.stages = [runs[None, p][0] for p in pp_ranks]
+        return out
+    from trainperf.plan.stack_memory import stage_layer_counts
+
+    layers = stage_layer_counts(r.model.n_layer, dims.pp, r.parallel.vpp)
+    a, b = DEPTHS
+    for p in pp_ranks:
+        s2, s3 = runs[a, p][0], runs[b, p][0]
+        x = (layers[p] / r.parallel.vpp - a) / (b - a)
+
+        def ext(f: str) -> int:
+            return round(getattr(s2, f) + (getattr(s3, f) - getattr(s2, f)) * x)
+
+        out.stages.append(StageTrace(p, p * per, ext("peak_bytes"), s3.peak_at, ext("static_bytes"),
+                                     ext("resident_bytes"), round(s2.seconds + s3.seconds, 2)))
     return out
