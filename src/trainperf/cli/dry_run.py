@@ -145,7 +145,10 @@ def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int) -> dict[str, An
            "stages": [{"pp_rank": s.pp_rank, "rank": s.rank, "peak_gb": round(s.peak_bytes / 1e9, 2),
                        "resident_gb": round(s.resident_bytes / 1e9, 2), "seconds": s.seconds} for s in trace.stages],
            "planned": plan.as_gb(), "not_counted": trace.not_counted,
-           "trace_seconds": round(sum(s.seconds for s in trace.stages), 1)}
+           "trace_seconds": round(sum(s.seconds for s in trace.stages), 1),
+           "traced_layers": (f"{r.model.n_layer} (every layer)" if trace.depths is None else
+                             f"{' and '.join(map(str, trace.depths))} per pipeline stage, extended to "
+                             f"{r.model.n_layer} (identical blocks: memory is linear in them)")}
     if not out["fits"]:
         out["advice"] = fit_advice(r, dims, geometry, trace.precision, cap)
     return out
@@ -188,7 +191,7 @@ def fit_advice(r: Recipe, dims, geometry, precision: str, cap: float) -> str:
 
 
 def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | None, layout_text: str | None,
-            seed: int, as_json: bool = False) -> int:
+            seed: int, as_json: bool = False, trace: bool = True) -> int:
     """Check and describe the run `r` would be on `world` processes; 0, or a ConfigError (exit 2)."""
     import torch
 
@@ -212,7 +215,7 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     precision = (named.precision if named and named.precision else
                  "fp8" if r.train.fp8_linear else "bf16")
     est = planner_estimate(r, dims, geometry, gpu, precision) if gpu else None
-    memory = memory_check(r, dims, geometry, gpu, seed) if gpu else None
+    memory = memory_check(r, dims, geometry, gpu, seed) if gpu and trace else None
     ev = r.eval.eval_samples or r.eval.eval_documents
     keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
                         corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)
@@ -287,7 +290,8 @@ def _print(out: dict, shares: list[RankShare]) -> None:
         print(f"            one step on fake tensors, this stack ({mem['precision']}, FSDP2/DTensor): gradients "
               f"accumulated {mem['grad_accumulation']}; planned weights {p['weights']:.1f}, grads {p['grads']:.1f}, "
               f"optimizer {p['optimizer']:.1f}, accumulation {p['accumulation']:.1f}, gathered {p['gathered']:.1f}, "
-              f"activations {p['activations']:.1f}, loss {p['logits']:.1f} GB ({mem['trace_seconds']:.0f} s)")
+              f"activations {p['activations']:.1f}, loss {p['logits']:.1f} GB")
+        print(f"            layers traced: {mem['traced_layers']}; {mem['trace_seconds']:.0f} s")
         print(f"            not counted: {mem['not_counted']}")
         if not mem["fits"]:
             print(f"            to fit: {mem['advice']}")
