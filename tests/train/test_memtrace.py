@@ -74,3 +74,14 @@ def test_gradient_accumulation_reduces_each_micro_batch_where_whole_gradients_do
     assert whole > 0 and _planned(r, 8, gpu=4e9).accumulation == 0
     saved = big.peak.peak_bytes - small.peak.peak_bytes
     assert saved >= 0.8 * whole * (1 - 1 / 8), (saved / 1e9, whole / 1e9)
+
+
+def test_a_run_on_a_gpu_is_warned_before_training_when_the_plan_does_not_fit():
+    from trainperf.train.memtrace import fit_warning
+
+    r = load_recipe("llama31_8b", ["train.precision=bf16"])
+    dims = ParallelDims.for_recipe(r, 8)
+    assert fit_warning(r, dims, 80e9) is None  # mbs 1: 75.7 GB planned (76 GB traced, scale-validation.md)
+    r = load_recipe("llama31_8b", ["train.precision=bf16", "train.micro_batch_size=4"])
+    w = fit_warning(r, ParallelDims.for_recipe(r, 8), 80e9)
+    assert w is not None and "--dry-run --nproc 8 --gpu" in w
