@@ -30,6 +30,9 @@ parameter (2 under bf16 mixed precision, else 4):
                row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
                causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
                CUDA with NCCL runs where a fused kernel takes the shape, has none)
+  reducing     a block's whole gradients while its backward runs under FSDP2: in the compute dtype
+               and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32), (w + 4)·block
+               parameters/tp (4 in fp32, one copy); gone before the next block's
   logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
                every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
@@ -37,7 +40,8 @@ parameter (2 under bf16 mixed precision, else 4):
                copy, the log-softmax)
 
 The peak is the resident state (weights, optimizer) plus what the step holds when its activations
-peak: the sharded gradients only where they accumulate from the first micro-batch on (reduce-scatter
+peak, with the larger of the two transients that come after them (the loss's backward, then each
+block's gradients being reduced): the sharded gradients only where they accumulate from the first micro-batch on (reduce-scatter
 every micro-batch, or no FSDP); the whole gradients (`accumulation`) only where a backward has run
 before the peak, i.e. where the schedule has a steady phase (fewer micro-batches in flight than the
 step has; GPipe and a step that is all warm-up have none).
@@ -68,17 +72,20 @@ class StackMemory:
     activations: float
     logits: float
     accumulation_mode: str
+    reducing: float = 0.0
     grads_at_peak: bool = True  # the sharded gradients exist while the activations peak
 
     @property
     def total(self) -> float:
         """The peak: the resident state, and what the step holds at its peak (see the module)."""
         grads = self.grads if self.grads_at_peak else 0.0
+        # the loss's backward comes before any block's: the two transients never meet
         return (self.weights + grads + self.optimizer + self.accumulation + self.gathered
-                + self.activations + self.logits)
+                + self.activations + max(self.logits, self.reducing))
 
     def as_gb(self) -> dict:
         d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items() if isinstance(v, float)}
+        d["grads"] = d["grads"] if self.grads_at_peak else 0.0  # as the total counts them
         d["total"] = round(self.total / 1e9, 2)
         return d
 
@@ -193,6 +200,7 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
         m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
                         activations=acts, logits=logits, accumulation_mode=mode,
+                        reducing=(w + 4 if w == 2 else 4) * blk / tp if F > 1 else 0.0,
                         grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
         if best is None or m.total > best.total:
             best = m
