@@ -43,8 +43,10 @@ The peak is the resident state (weights, optimizer) plus what the step holds whe
 peak, with the larger of the two transients that come after them (the loss's backward, then each
 block's gradients being reduced): the sharded gradients only where they accumulate from the first micro-batch on (reduce-scatter
 every micro-batch, or no FSDP); the whole gradients (`accumulation`) only where a backward has run
-before the peak, i.e. where the schedule has a steady phase (fewer micro-batches in flight than the
-step has; GPipe and a step that is all warm-up have none).
+before the peak: where the schedule has a steady phase (fewer micro-batches in flight than the
+step has); where it has none (GPipe, a step that is all warm-up), at the first backward or just
+after it, whichever holds more: every micro-batch's activations, or one fewer with the whole
+gradients made.
 
 Not counted: the CUDA context, cuBLAS/NCCL workspaces and buffers, allocator fragmentation (the
 planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 weights here).
@@ -193,7 +195,13 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         flight = in_flight(schedule, pp, vpp, p, accum)
         acts = act_layer * layers[p] * flight
         if flight >= accum:
-            acc = 0.0  # the peak comes before any backward: nothing accumulated yet
+            # no steady phase: the peak is at the first backward (nothing accumulated) or just after
+            # it, one micro-batch's activations freed and the whole gradients (parameters) made
+            per_mb = act_layer * layers[p]
+            if acc > per_mb:
+                acts -= per_mb
+            else:
+                acc = 0.0
         # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
         gathered = w * (2 * blk + root) / tp if F > 1 and not (mode == "pipeline" and acc) else 0.0
         seq = cfg.seq_len // cp
