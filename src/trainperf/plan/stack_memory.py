@@ -14,8 +14,9 @@ parameter (2 under bf16 mixed precision, else 4):
   grads        4·T/F: the fp32 sharded gradients the optimizer reads
   optimizer    8·T/F: AdamW's two fp32 moments (Muon: 4 bytes of momentum on the blocks' matrices)
   accumulation 4·T: gradients kept whole (fp32) between micro-batches: where FSDP2's gradient sync
-               is off (`parallel.dims.unsharded_grads_fit`, or always under a pipeline, whose
-               schedule also keeps the stage's parameters gathered through backward: + w·P)
+               is off (where they fit: `parallel.dims.unsharded_grads_fit`; under a pipeline, whose
+               schedule also keeps the stage's parameters gathered through backward, + w·P, where
+               4·T + 2·P fit; else every micro-batch reduce-scatters, `parallel.apply`)
   gathered     w·(2 blocks + the root's embedding, final norm and head): FSDP2's all-gathered
                parameters, the root's for the whole step, a block's while it runs and the last one's
                from its forward to its backward (none without FSDP: the parameters are in `weights`;
@@ -186,7 +187,7 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         if optimizer == "muon" and not cfg.lora_rank:
             matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
             opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
-        if fsdp and accum > 1 and pp > 1:
+        if fsdp and accum > 1 and pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
             mode, acc = "pipeline", 4 * T + w * P
         elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
             mode, acc = "unsharded", 4 * T

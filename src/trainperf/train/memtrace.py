@@ -437,21 +437,28 @@ def traced_pp_ranks(r: Recipe, dims: ParallelDims) -> list[int]:
     return [0, mid, pp - 1]
 
 
-def _grad_mode(r: Recipe, dims: ParallelDims, device_bytes: float | None) -> str | None:
+def _grad_mode(r: Recipe, dims: ParallelDims, device_bytes: float | None, pp_rank: int) -> str | None:
     """How the full-depth rank would accumulate gradients (a shallow trace's fewer parameters must not
-    decide it): parallel.apply.accumulation_mode's rule on the whole model's trainable parameters."""
+    decide it): parallel.apply's rule on this rank's parts of the whole model, built on the meta device."""
     from trainperf.model.transformer import Transformer
     from trainperf.parallel.apply import ACCUM_LOCAL, ACCUM_REDUCE_EACH, ACCUM_UNSHARDED
     from trainperf.parallel.dims import unsharded_grads_fit
+    from trainperf.parallel.pipeline import split_stage
 
-    if dims.pp > 1 or device_bytes is None:
+    if device_bytes is None or dims.ddp:
         return None
     if not dims.fsdp or dims.batch(r.train).accum == 1:
-        return None if dims.ddp else ACCUM_LOCAL
+        return ACCUM_LOCAL
     with torch.device("meta"):
         model = Transformer(r.model)
-    grads = 4 * sum(p.numel() for p in model.parameters() if p.requires_grad) // dims.tp
-    return ACCUM_UNSHARDED if unsharded_grads_fit(grads, device_bytes) else ACCUM_REDUCE_EACH
+    parts = [model]
+    if dims.pp > 1:
+        n = dims.pp * r.parallel.vpp
+        parts = [split_stage(model, s, n) for s in range(pp_rank, n, dims.pp)]
+    grads = sum(4 * p.numel() for part in parts for p in part.parameters() if p.requires_grad)
+    if dims.pp > 1:  # the pipeline keeps the gathered parameters too
+        grads += sum(2 * p.numel() for part in parts for p in part.parameters())
+    return ACCUM_UNSHARDED if unsharded_grads_fit(grads // dims.tp, device_bytes) else ACCUM_REDUCE_EACH
 
 
 def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0,
@@ -470,7 +477,6 @@ def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed:
     dims = ParallelDims.for_recipe(r, world)
     per = world // dims.pp
     n_chunks = dims.pp * r.parallel.vpp
-    mode = _grad_mode(r, dims, device_bytes)
     pp_ranks = traced_pp_ranks(r, dims)
     deep = not exact and r.model.n_layer > DEPTHS[-1] * n_chunks
     depths = DEPTHS if deep else (None,)
@@ -481,7 +487,8 @@ def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed:
             rk = copy.deepcopy(r)
             rk.model.n_layer = k * n_chunks
         for p in pp_ranks:
-            runs[k, p] = _in_child(trace_stage, rk, world, p * per, device_bytes, seed, mode)
+            runs[k, p] = _in_child(trace_stage, rk, world, p * per, device_bytes, seed,
+                                   _grad_mode(r, dims, device_bytes, p))
     out = MemoryTrace(world, r.train.precision, runs[depths[0], 0][1])
     out.depths = None if not deep else DEPTHS
     if not deep:
