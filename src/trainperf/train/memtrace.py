@@ -4,8 +4,9 @@
 `parallelize`: TP, AC, FSDP2, CP) on a fake process group of the run's world size (torch's "fake"
 backend: collectives return at once, nothing is sent) under `FakeTensorMode` (tensors carry shapes,
 dtypes and storages' sizes, no data), then runs the trainer's real step: `make_engine`'s
-forward/backward over every micro-batch (the pipeline schedule with pp > 1), the optimizer step, and
-one evaluation batch. `LiveBytes` counts every storage alive at each op, as the CUDA caching
+forward/backward over every micro-batch (with pp > 1 the stages' forwards and backwards in the
+order torch's schedule gives this rank, `pipeline_step`), the optimizer step (its state made by a
+first, untraced step, as every later step holds it), and one evaluation batch. `LiveBytes` counts every storage alive at each op, as the CUDA caching
 allocator would hand them out (rounded up to its 512-byte blocks), and keeps the peak. It is
 torch's `MemTracker` reduced to what gradient accumulation and pipeline schedules need: that tracker
 refuses a module's second forward in one iteration, which both do.
@@ -13,12 +14,15 @@ refuses a module's second forward in one iteration, which both do.
 What is counted: parameters, buffers, gradients, optimizer state, activations kept for backward,
 FSDP2's all-gathered parameters and reduce-scatter buffers, the logits and the loss, temporaries.
 What is not: the CUDA context and cuBLAS/NCCL workspaces, NCCL's own buffers, allocator
-fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs on one stream). The
-trace runs the CPU's kernels except where their saved tensors differ from CUDA's: RMSNorm is traced
-as CUDA's fused kernel (`cuda_kernels`); attention goes through SDPA's fused kernel on either
-device, which keeps its output and log-sum-exp as CUDA's flash kernel does.
+fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs on
+one stream). The trace runs the CPU's kernels except where their saved tensors differ from CUDA's:
+RMSNorm is traced as CUDA's fused kernel (`cuda_kernels`); attention goes through SDPA's fused
+kernel on either device, which keeps its output and log-sum-exp as CUDA's flash kernel does; context
+parallelism runs its all-gather attention (the CPU has no ring), whose causal mask the ring would not
+hold; FP8 linears and compiled blocks are not traced (bf16, eager).
 
-Fake tensors allocate nothing, so a 405B stage traces in seconds on a laptop, for any world size.
+Fake tensors allocate nothing: the cost is per op, not per byte, so any world size and any width
+trace alike; a deep model is traced at two shallow depths and extended (`trace_memory`).
 """
 
 from __future__ import annotations
