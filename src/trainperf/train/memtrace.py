@@ -261,6 +261,7 @@ def trace_recipe(r: Recipe) -> Recipe:
         r.train.precision = "bf16"
     r.train.init_checkpoint = ""
     r.parallel.compile = False  # compiled blocks hold the same tensors; tracing them under fake mode costs minutes
+    r.train.fp8_linear = False  # traced as its bf16 autocast (torchao's FP8 casts are not traced)
     return r
 
 
