@@ -83,7 +83,7 @@ def test_bad_layout_fails_in_one_line_exit_2(capsys, argv, msg):
 
 
 def test_named_record_layout_with_the_planner_estimate(capsys):
-    rc, d, err = _dry(capsys, "llama31_8b", "--layout", "nvidia_v5_1_512_gb300")
+    rc, d, err = _dry(capsys, "llama31_8b", "--layout", "nvidia_v5_1_512_gb300", "--no-trace")
     assert rc == 0, err
     assert d["world_size"] == 512 and d["mesh"]["cp"] == 4 and d["mesh"]["tp"] == 2
     assert d["submitted"]["source"].startswith("https://github.com/mlcommons/training_results_v5.1/")
@@ -95,7 +95,7 @@ def test_named_record_layout_with_the_planner_estimate(capsys):
 @pytest.mark.parametrize("bench", ["gpt3_175b", "llama2_70b_lora", "llama31_405b", "llama31_8b"])
 def test_every_record_layout_passes_the_dry_run(capsys, bench):
     for name in load_recipe(bench).layouts:
-        rc = main(["run", bench, "--layout", name, "--dry-run", "--json"])
+        rc = main(["run", bench, "--layout", name, "--dry-run", "--json", "--no-trace"])
         out, err = capsys.readouterr()
         assert rc == 0, err
         assert json.loads(out)["world_size"] == load_recipe(bench).layouts[name].gpus
@@ -106,7 +106,7 @@ def test_emit_run_prints_a_command_the_dry_run_accepts(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     argv = shlex.split(lines[0])
     assert argv[:3] == ["trainperf", "run", "llama31_8b"] and argv[-2:] == ["--nproc", "8"]
-    rc, d, err = _dry(capsys, *argv[2:], "--gpu", "h100")
+    rc, d, err = _dry(capsys, *argv[2:], "--gpu", "h100", "--no-trace")
     assert rc == 0, err
     assert d["world_size"] == 8 and d["planner"]["fits"]
 

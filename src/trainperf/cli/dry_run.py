@@ -2,8 +2,10 @@
 
 It resolves the layout with the trainer's own check (`ParallelDims.for_recipe`), builds the model on
 the meta device (no memory, no weights), and prints what each rank would hold, the planner's memory
-estimate for that layout on a GPU kind, and the MLPerf keys the run would log. Nothing here touches
-torch.distributed, so any world size (10,752 ranks) checks on a laptop.
+estimate for that layout on a GPU kind, and the MLPerf keys the run would log. With a GPU kind it
+also traces the memory of the busiest rank from the trainer's own code on fake tensors over a fake
+process group (`train.memtrace`), beside the planner's price of the same stack
+(`plan.stack_memory`), so any world size (10,752 ranks) checks on a laptop.
 """
 
 from __future__ import annotations
@@ -125,8 +127,71 @@ def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str) -> dic
             "step_time_s": round(est.step_time_s, 4)}
 
 
+def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int) -> dict[str, Any]:
+    """The busiest rank's memory traced from the trainer's code, the planner's price of the same
+    stack, the GPU's usable memory, and what to change when the trace does not fit."""
+    from trainperf.plan.hardware import get_gpu
+    from trainperf.train.memtrace import trace_memory
+
+    g = get_gpu(gpu)
+    cap = g.usable_bytes
+    trace = trace_memory(r, dims.world_size, device_bytes=cap, seed=seed)
+    peak = trace.peak
+    plan = planned_memory(r, dims, geometry, trace.precision, cap)
+    out = {"traced_peak_gb": round(peak.peak_bytes / 1e9, 2), "planned_gb": round(plan.total / 1e9, 2),
+           "gpu_gb": round(cap / 1e9, 2), "gpu": g.key, "fits": peak.peak_bytes <= cap,
+           "traced_rank": peak.rank, "traced_pp_rank": peak.pp_rank, "peak_at": peak.peak_at,
+           "precision": trace.precision, "grad_accumulation": trace.grad_sync,
+           "stages": [{"pp_rank": s.pp_rank, "rank": s.rank, "peak_gb": round(s.peak_bytes / 1e9, 2),
+                       "resident_gb": round(s.resident_bytes / 1e9, 2), "seconds": s.seconds} for s in trace.stages],
+           "planned": plan.as_gb(), "not_counted": trace.not_counted,
+           "trace_seconds": round(sum(s.seconds for s in trace.stages), 1),
+           "traced_layers": (f"{r.model.n_layer} (every layer)" if trace.depths is None else
+                             f"{' and '.join(map(str, trace.depths))} per pipeline stage, extended to "
+                             f"{r.model.n_layer} (identical blocks: memory is linear in them)")}
+    if not out["fits"]:
+        out["advice"] = fit_advice(r, dims, geometry, trace.precision, cap)
+    return out
+
+
+def planned_memory(r: Recipe, dims, geometry, precision: str, cap: float, **change):
+    """`plan.stack_memory` for this run's layout (with `change`s: recompute=, mbs=, tp=, ...)."""
+    from trainperf.plan.stack_memory import stack_memory
+
+    kw = dict(tp=dims.tp, pp=dims.pp, vpp=r.parallel.vpp, cp=dims.cp, dp=dims.dp, dp_replicate=dims.dp_replicate,
+              mbs=geometry.micro, gbs=geometry.global_batch, schedule=r.parallel.pp_schedule,
+              recompute=r.parallel.activation_checkpoint, precision=precision, optimizer=r.train.optimizer,
+              gpu_bytes=cap)
+    kw.update(change)
+    return stack_memory(r.model, **kw)
+
+
+def fit_advice(r: Recipe, dims, geometry, precision: str, cap: float) -> str:
+    """The first of the usual levers (recompute, a smaller micro-batch, more tensor parallelism on
+    the same GPUs) under which the planner's price of this stack fits, as --set/--layout words."""
+    tries = []
+    for rc in ("selective", "full"):
+        if r.parallel.activation_checkpoint in ("none", "selective") and rc != r.parallel.activation_checkpoint:
+            tries.append((f"--set parallel.activation_checkpoint={rc}", {"recompute": rc}))
+    if geometry.micro > 1:
+        tries.append(("--set train.micro_batch_size=1", {"mbs": 1}))
+        tries.append(("--set train.micro_batch_size=1 --set parallel.activation_checkpoint=full",
+                      {"mbs": 1, "recompute": "full"}))
+    for tp in (2, 4, 8):
+        if tp > dims.tp and dims.dp % (tp // dims.tp) == 0 and r.model.n_head % tp == 0:
+            dp = dims.dp // (tp // dims.tp)
+            if geometry.global_batch % dp == 0:
+                tries.append((f"--layout tp={tp},dp={dp} (the same GPUs)", {"tp": tp, "dp": dp}))
+                tries.append((f"--layout tp={tp},dp={dp},recompute=full", {"tp": tp, "dp": dp, "recompute": "full"}))
+    for words, change in tries:
+        m = planned_memory(r, dims, geometry, precision, cap, **change)
+        if m.total <= cap:
+            return f"{words}: planned {m.total / 1e9:.1f} GB of {cap / 1e9:.1f} GB (check it with this dry run)"
+    return "none of recompute, micro-batch 1 or tp up to 8 fits by the planner: more pipeline stages or GPUs"
+
+
 def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | None, layout_text: str | None,
-            seed: int, as_json: bool = False) -> int:
+            seed: int, as_json: bool = False, trace: bool = True) -> int:
     """Check and describe the run `r` would be on `world` processes; 0, or a ConfigError (exit 2)."""
     import torch
 
@@ -150,6 +215,7 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     precision = (named.precision if named and named.precision else
                  "fp8" if r.train.fp8_linear else "bf16")
     est = planner_estimate(r, dims, geometry, gpu, precision) if gpu else None
+    memory = memory_check(r, dims, geometry, gpu, seed) if gpu and trace else None
     ev = r.eval.eval_samples or r.eval.eval_documents
     keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
                         corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)
@@ -162,7 +228,7 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
            "strategy": dims.strategy, "pp_schedule": r.parallel.pp_schedule if dims.pp > 1 else None,
            "vpp": r.parallel.vpp, "batch": {"global": geometry.global_batch, "per_dp_rank": geometry.per_rank,
                                             "micro": geometry.micro, "accumulation": geometry.accum},
-           "params_total": total, "per_rank": [s.__dict__ for s in shares], "planner": est,
+           "params_total": total, "per_rank": [s.__dict__ for s in shares], "planner": est, "memory": memory,
            "mlperf_keys": keys}
     if as_json:
         print(json.dumps(out, indent=1, default=str))
@@ -203,7 +269,7 @@ def _print(out: dict, shares: list[RankShare]) -> None:
         print(f"  pp rank {s.pp_rank:>2}: {s.params:>15,} params{train}  [{', '.join(parts)}]")
     est = out["planner"]
     if est is None:
-        print("memory      give --gpu (h100, h200, b200, gb200, ...) for the planner's estimate")
+        print("memory      give --gpu (h100, h200, b200, gb200, ...) for the planner's estimate and the traced memory")
     elif "skipped" in est:
         print(f"memory      {est['skipped']}")
     else:
@@ -214,6 +280,21 @@ def _print(out: dict, shares: list[RankShare]) -> None:
         print(f"            weights {g['weights']:.1f}, grads {g['grads']:.1f}, optimizer {g['optimizer']:.1f}, "
               f"activations {g['activations']:.1f}, logits {g['logits']:.1f}, reserve {g['reserve']:.1f} GB; "
               f"predicted {est['minutes']:.2f} min to train ({est['step_time_s']:.3f} s/step)")
+    mem = out["memory"]
+    if mem is not None:
+        fit = "fits" if mem["fits"] else "does NOT fit"
+        print(f"traced      {mem['traced_peak_gb']:.1f} GB peak (pp rank {mem['traced_pp_rank']}, rank "
+              f"{mem['traced_rank']}, in {mem['peak_at']})  |  planned {mem['planned_gb']:.1f} GB  |  "
+              f"{mem['gpu']} {mem['gpu_gb']:.1f} GB usable: {fit}")
+        p = mem["planned"]
+        print(f"            one step on fake tensors, this stack ({mem['precision']}, FSDP2/DTensor): gradients "
+              f"accumulated {mem['grad_accumulation']}; planned weights {p['weights']:.1f}, grads {p['grads']:.1f}, "
+              f"optimizer {p['optimizer']:.1f}, accumulation {p['accumulation']:.1f}, gathered {p['gathered']:.1f}, "
+              f"activations {p['activations']:.1f}, loss {p['logits']:.1f} GB")
+        print(f"            layers traced: {mem['traced_layers']}; {mem['trace_seconds']:.0f} s")
+        print(f"            not counted: {mem['not_counted']}")
+        if not mem["fits"]:
+            print(f"            to fit: {mem['advice']}")
     print("mlperf keys it would log (between init_start and init_stop):")
     for k, v in out["mlperf_keys"].items():
         print(f"  {k}: {json.dumps(v, default=str)}")

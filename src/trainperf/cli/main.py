@@ -67,9 +67,13 @@ def _add_run(sub) -> None:
                         "--layout`; dp counts all data-parallel ranks), or the name of one of the recipe's [layouts]")
     p.add_argument("--dry-run", action="store_true",
                    help="check the layout on --nproc ranks, build the model on the meta device and print per-rank "
-                        "parameters, the planner's memory estimate (--gpu) and the MLPerf keys; starts no process")
+                        "parameters, the planner's memory estimate and the memory traced from one step on fake "
+                        "tensors (--gpu), and the MLPerf keys; starts no training process")
     p.add_argument("--gpu", default=None, metavar="KIND",
-                   help="with --dry-run: GPU kind for the planner's estimate (default: a named layout's)")
+                   help="with --dry-run: GPU kind for the planner's estimate and the traced memory (default: a "
+                        "named layout's)")
+    p.add_argument("--no-trace", action="store_true",
+                   help="with --dry-run: skip the traced memory (it takes seconds to a minute or two)")
     p.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
 
 
@@ -145,9 +149,9 @@ def cmd_run(args) -> int:
 
         check_gpu(args.gpu)
         return dry_run(recipe, world_for(spec, named, args.nproc), args.gpu, named,
-                       format_layout(spec) if spec else None, seed, as_json=args.json)
-    if args.gpu or args.json:
-        raise UsageError("--gpu and --json go with --dry-run")
+                       format_layout(spec) if spec else None, seed, as_json=args.json, trace=not args.no_trace)
+    if args.gpu or args.json or args.no_trace:
+        raise UsageError("--gpu, --json and --no-trace go with --dry-run")
     if not launch.under_torchrun():
         from trainperf.parallel.dims import ParallelDims
 

@@ -102,6 +102,32 @@ def grad_sync(model: nn.Module, enabled: bool, mode: str = ACCUM_UNSHARDED):
     return contextlib.nullcontext()
 
 
+def pipeline_accumulation(parts: list[nn.Module], tp: int, accum: int, device_bytes: float) -> str:
+    """How a pipeline rank's FSDP2 stages accumulate gradients: torch.distributed.pipelining keeps
+    every stage's whole gradients (fp32) and gathered parameters until the step's last backward,
+    which is kept only where both fit (`parallel.dims.unsharded_grads_fit`); otherwise every
+    micro-batch's backward reduce-scatters and reshards (`keep_gradient_sync`)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if accum == 1 or not any(isinstance(p, FSDPModule) for p in parts):
+        return ACCUM_LOCAL
+    whole = sum(unsharded_grad_bytes(p, tp) + 2 * sum(q.numel() for q in p.parameters()) // tp for p in parts)
+    return ACCUM_UNSHARDED if unsharded_grads_fit(whole, device_bytes) else ACCUM_REDUCE_EACH
+
+
+def keep_gradient_sync(model: nn.Module) -> None:
+    """Make a pipeline schedule's switches (sync off, no resharding after backward, not the last
+    backward) no-ops on this FSDP2 stage: each micro-batch's backward then reduce-scatters into the
+    sharded gradients and frees the gathered parameters, as without a pipeline. The schedule's
+    final reduction finds nothing left to reduce."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        return
+    for name in ("set_requires_gradient_sync", "set_reshard_after_backward", "set_is_last_backward"):
+        setattr(model, name, lambda *args, **kwargs: None)
+
+
 @contextlib.contextmanager
 def _fsdp_no_sync(model: nn.Module):
     model.set_requires_gradient_sync(False)

@@ -14,18 +14,40 @@ parameter (2 under bf16 mixed precision, else 4):
   grads        4·T/F: the fp32 sharded gradients the optimizer reads
   optimizer    8·T/F: AdamW's two fp32 moments (Muon: 4 bytes of momentum on the blocks' matrices)
   accumulation 4·T: gradients kept whole (fp32) between micro-batches: where FSDP2's gradient sync
-               is off (`parallel.dims.unsharded_grads_fit`, or always under a pipeline, whose
-               schedule also keeps the stage's parameters gathered through backward: + w·P)
+               is off (where they fit: `parallel.dims.unsharded_grads_fit`; under a pipeline, whose
+               schedule also keeps the stage's parameters gathered through backward, + w·P, where
+               4·T + 2·P fit; else every micro-batch reduce-scatters, `parallel.apply`)
   gathered     w·(2 blocks + the root's embedding, final norm and head): FSDP2's all-gathered
                parameters, the root's for the whole step, a block's while it runs and the last one's
-               from its forward to its backward (none without FSDP: the parameters are in `weights`)
-  activations  `plan.memory.activation_bytes_per_layer` (16-bit; x2 in fp32) x the stage's layers x
-               the micro-batches its schedule keeps in flight (`in_flight`)
+               from its forward to its backward (none without FSDP: the parameters are in `weights`;
+               none under a pipeline: `accumulation` holds them all)
+  activations  `plan.memory.activation_bytes_per_layer` (16-bit; x2 in fp32), plus, without
+               recompute, the SwiGLU's SiLU output 2·s·b·f/tp (the trainer's unfused gate·up
+               product saves it for its backward, beside the gate, the up projection and the
+               product that count has), x the stage's layers x the micro-batches its schedule
+               keeps in flight (`in_flight`). Two more per layer where the trainer has them:
+               LoRA's adapter dropout keeps a mask (1 byte) and its output (2) of each adapted
+               projection's input (the whole s·b·h a column-parallel projection gathers, 1/tp of a
+               row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
+               causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
+               CUDA with NCCL runs where a fused kernel takes the shape, has none)
+  reducing     a block's whole gradients while its backward runs under FSDP2: in the compute dtype
+               and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32), (w + 4)·block
+               parameters/tp (4 in fp32, one copy); gone before the next block's
   logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
                every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
                per token and vocabulary entry (its forward holds 10 in bf16: logits, their fp32
                copy, the log-softmax)
+
+The peak is the resident state (weights, optimizer) plus what the step holds when its activations
+peak, with the larger of the two transients that come after them (the loss's backward, then each
+block's gradients being reduced): the sharded gradients only where they accumulate from the first micro-batch on (reduce-scatter
+every micro-batch, or no FSDP); the whole gradients (`accumulation`) only where a backward has run
+before the peak: where the schedule has a steady phase (fewer micro-batches in flight than the
+step has); where it has none (GPipe, a step that is all warm-up), at the first backward or just
+after it, whichever holds more: every micro-batch's activations, or one fewer with the whole
+gradients made.
 
 Not counted: the CUDA context, cuBLAS/NCCL workspaces and buffers, allocator fragmentation (the
 planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 weights here).
@@ -53,14 +75,20 @@ class StackMemory:
     activations: float
     logits: float
     accumulation_mode: str
+    reducing: float = 0.0
+    grads_at_peak: bool = True  # the sharded gradients exist while the activations peak
 
     @property
     def total(self) -> float:
-        return (self.weights + self.grads + self.optimizer + self.accumulation + self.gathered
-                + self.activations + self.logits)
+        """The peak: the resident state, and what the step holds at its peak (see the module)."""
+        grads = self.grads if self.grads_at_peak else 0.0
+        # the loss's backward comes before any block's: the two transients never meet
+        return (self.weights + grads + self.optimizer + self.accumulation + self.gathered
+                + self.activations + max(self.logits, self.reducing))
 
     def as_gb(self) -> dict:
         d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items() if isinstance(v, float)}
+        d["grads"] = d["grads"] if self.grads_at_peak else 0.0  # as the total counts them
         d["total"] = round(self.total / 1e9, 2)
         return d
 
@@ -138,7 +166,17 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     layers = stage_layer_counts(cfg.n_layer, pp, vpp)
     frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
     act_layer = activation_bytes_per_layer(cfg, cfg.seq_len // cp, mbs, tp=tp, sp=True, recompute=recompute,
-                                           flash=True, dropout=False, frozen_mlp=frozen_mlp) * (w // 2)
+                                           flash=True, dropout=False, frozen_mlp=frozen_mlp)
+    if cfg.gated and recompute == "none":
+        act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
+    act_layer *= w // 2
+    s_loc = cfg.seq_len // cp
+    if cfg.lora_rank and cfg.lora_dropout > 0:
+        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
+        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
+        act_layer += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
+    if cp > 1 and recompute != "full":
+        act_layer += s_loc * cfg.seq_len * w
     best = None
     for p in range(pp):
         first, last = p == 0, p == pp - 1
@@ -149,18 +187,30 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         if optimizer == "muon" and not cfg.lora_rank:
             matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
             opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
-        if fsdp and accum > 1 and pp > 1:
+        if fsdp and accum > 1 and pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
             mode, acc = "pipeline", 4 * T + w * P
         elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
             mode, acc = "unsharded", 4 * T
         else:
             mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
-        gathered = w * (2 * blk + root) / tp if F > 1 else 0.0
-        acts = act_layer * layers[p] * in_flight(schedule, pp, vpp, p, accum)
+        flight = in_flight(schedule, pp, vpp, p, accum)
+        acts = act_layer * layers[p] * flight
+        if flight >= accum:
+            # no steady phase: the peak is at the first backward (nothing accumulated) or just after
+            # it, one micro-batch's activations freed and the whole gradients (parameters) made
+            per_mb = act_layer * layers[p]
+            if acc > per_mb:
+                acts -= per_mb
+            else:
+                acc = 0.0
+        # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
+        gathered = w * (2 * blk + root) / tp if F > 1 and not (mode == "pipeline" and acc) else 0.0
         seq = cfg.seq_len // cp
         logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
         m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
-                        activations=acts, logits=logits, accumulation_mode=mode)
+                        activations=acts, logits=logits, accumulation_mode=mode,
+                        reducing=(w + 4 if w == 2 else 4) * blk / tp if F > 1 else 0.0,
+                        grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
         if best is None or m.total > best.total:
             best = m
     return best

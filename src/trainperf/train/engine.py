@@ -9,15 +9,13 @@ import torch
 import torch.nn as nn
 
 from trainperf.config import Recipe
-from trainperf.parallel.apply import ACCUM_LOCAL, accumulation_mode, grad_sync, unwrap
+from trainperf.parallel.apply import (ACCUM_REDUCE_EACH, accumulation_mode, grad_sync, keep_gradient_sync,
+                                     pipeline_accumulation, unwrap)
 from trainperf.parallel.context import cp_context
 from trainperf.parallel.dims import ParallelDims
 from trainperf.model.transformer import token_losses
 from trainperf.parallel.pipeline import Pipeline, stage_ids
 from trainperf.train.optim import autocast_ctx
-
-
-ACCUM_PIPELINE = "unsharded until the last micro-batch (torch.distributed.pipelining's FSDP2 schedule)"
 
 
 def micro_batch_loss(losses: torch.Tensor, accum: int, n_scored: int | None, grad_ranks: int) -> torch.Tensor:
@@ -34,9 +32,9 @@ class LocalEngine:
     """The whole model on this rank (data, tensor and context parallel layouts)."""
 
     def __init__(self, model: nn.Module, r: Recipe, dims: ParallelDims, device: torch.device, accum: int = 1,
-                 device_bytes: float | None = None):
+                 device_bytes: float | None = None, grad_mode: str | None = None):
         self.parts, self.r, self.dims, self.device = [model], r, dims, device
-        self.grad_sync_mode = accumulation_mode(model, dims.tp, accum, device_bytes or device_memory(device))
+        self.grad_sync_mode = grad_mode or accumulation_mode(model, dims.tp, accum, device_bytes or device_memory(device))
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
         """Forward and backward of this rank's batch in `accum` micro-batches, gradients reduced
@@ -64,11 +62,14 @@ class LocalEngine:
 class PipelineEngine:
     """This rank's pipeline stages (each possibly FSDP/TP-sharded) and their schedule."""
 
-    def __init__(self, parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int):
+    def __init__(self, parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int,
+                 device_bytes: float | None = None, grad_mode: str | None = None):
         self.parts, self.r, self.dims, self.device = parts, r, dims, device
-        # torch.distributed.pipelining turns FSDP2's gradient sync (and resharding after backward)
-        # off for every backward but the step's last, whatever the memory
-        self.grad_sync_mode = ACCUM_PIPELINE if dims.fsdp and accum > 1 else ACCUM_LOCAL
+        self.grad_sync_mode = grad_mode or pipeline_accumulation(parts, dims.tp, accum,
+                                                                 device_bytes or device_memory(device))
+        if self.grad_sync_mode == ACCUM_REDUCE_EACH:
+            for part in parts:
+                keep_gradient_sync(part)
         self._scored: dict = {}
 
         def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -104,9 +105,9 @@ def device_memory(device: torch.device) -> float:
 
 
 def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: torch.device, accum: int,
-                device_bytes: float | None = None):
+                device_bytes: float | None = None, grad_mode: str | None = None):
     """The engine of this rank's parts; `device_bytes` (default: the device's own) decides how
-    FSDP2 accumulates gradients (parallel.apply.accumulation_mode)."""
+    FSDP2 accumulates gradients (parallel.apply.accumulation_mode), unless `grad_mode` names it."""
     if dims.pp == 1:
-        return LocalEngine(parts[0], r, dims, device, accum, device_bytes)
-    return PipelineEngine(parts, r, dims, device, accum)
+        return LocalEngine(parts[0], r, dims, device, accum, device_bytes, grad_mode)
+    return PipelineEngine(parts, r, dims, device, accum, device_bytes, grad_mode)

@@ -4,8 +4,9 @@
 `parallelize`: TP, AC, FSDP2, CP) on a fake process group of the run's world size (torch's "fake"
 backend: collectives return at once, nothing is sent) under `FakeTensorMode` (tensors carry shapes,
 dtypes and storages' sizes, no data), then runs the trainer's real step: `make_engine`'s
-forward/backward over every micro-batch (the pipeline schedule with pp > 1), the optimizer step, and
-one evaluation batch. `LiveBytes` counts every storage alive at each op, as the CUDA caching
+forward/backward over every micro-batch (with pp > 1 the stages' forwards and backwards in the
+order torch's schedule gives this rank, `pipeline_step`), the optimizer step (its state made by a
+first, untraced step, as every later step holds it), and one evaluation batch. `LiveBytes` counts every storage alive at each op, as the CUDA caching
 allocator would hand them out (rounded up to its 512-byte blocks), and keeps the peak. It is
 torch's `MemTracker` reduced to what gradient accumulation and pipeline schedules need: that tracker
 refuses a module's second forward in one iteration, which both do.
@@ -13,12 +14,15 @@ refuses a module's second forward in one iteration, which both do.
 What is counted: parameters, buffers, gradients, optimizer state, activations kept for backward,
 FSDP2's all-gathered parameters and reduce-scatter buffers, the logits and the loss, temporaries.
 What is not: the CUDA context and cuBLAS/NCCL workspaces, NCCL's own buffers, allocator
-fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs on one stream). The
-trace runs the CPU's kernels except where their saved tensors differ from CUDA's: RMSNorm is traced
-as CUDA's fused kernel (`cuda_kernels`); attention goes through SDPA's fused kernel on either
-device, which keeps its output and log-sum-exp as CUDA's flash kernel does.
+fragmentation, and FSDP2's prefetch of the next block on a separate CUDA stream (the trace runs on
+one stream). The trace runs the CPU's kernels except where their saved tensors differ from CUDA's:
+RMSNorm is traced as CUDA's fused kernel (`cuda_kernels`); attention goes through SDPA's fused
+kernel on either device, which keeps its output and log-sum-exp as CUDA's flash kernel does; context
+parallelism runs its all-gather attention (the CPU has no ring), whose causal mask the ring would not
+hold; FP8 linears and compiled blocks are not traced (bf16, eager).
 
-Fake tensors allocate nothing, so a 405B stage traces in seconds on a laptop, for any world size.
+Fake tensors allocate nothing: the cost is per op, not per byte, so any world size and any width
+trace alike; a deep model is traced at two shallow depths and extended (`trace_memory`).
 """
 
 from __future__ import annotations
@@ -160,6 +164,7 @@ class MemoryTrace:
     grad_sync: str
     stages: list[StageTrace] = field(default_factory=list)
     not_counted: str = NOT_COUNTED
+    depths: tuple[int, int] | None = None  # the layers per stage traced, where a deep model was extended
 
     @property
     def peak(self) -> StageTrace:
@@ -256,10 +261,12 @@ def trace_recipe(r: Recipe) -> Recipe:
         r.train.precision = "bf16"
     r.train.init_checkpoint = ""
     r.parallel.compile = False  # compiled blocks hold the same tensors; tracing them under fake mode costs minutes
+    r.train.fp8_linear = False  # traced as its bf16 autocast (torchao's FP8 casts are not traced)
     return r
 
 
-def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, seed: int = 0) -> tuple[StageTrace, str]:
+def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, seed: int = 0,
+                grad_mode: str | None = None) -> tuple[StageTrace, str]:
     """Build rank `rank`'s parts of `r` on a fake `world`-rank group and run one training step and one
     evaluation batch on fake tensors; its memory, and the gradient-sync mode the engine chose."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -277,7 +284,7 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
         dims.build_mesh(device.type)  # outside the fake mode: the mesh's rank tables are real
         with real_meshes(), cuda_kernels(), FakeTensorMode(allow_non_fake_inputs=True):
             parts, _ = build_parts(r, dims, device, seed)
-            engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes)
+            engine = make_engine(parts, r, dims, device, g.accum, device_bytes=device_bytes, grad_mode=grad_mode)
             opt = Optimizers(parts, r, device)
             live = LiveBytes()
             for part in parts:
@@ -417,16 +424,110 @@ def _in_child(fn, *args):
     return value
 
 
-def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0) -> MemoryTrace:
-    """The traced memory of every pipeline stage's first rank (the ranks of one stage hold the same
-    shapes: tp, cp and FSDP shards are even or differ by a row), each traced in a process of its own."""
+DEPTHS = (2, 3)  # layers per (virtual) stage of the two shallow traces a deep model is extrapolated from
+
+
+def traced_pp_ranks(r: Recipe, dims: ParallelDims) -> list[int]:
+    """The pipeline ranks worth tracing: the first (embedding, the most micro-batches in flight), the
+    last (head and loss), and of the others the one the planner finds busiest (layers x micro-batches
+    in flight); the rest hold no more than it."""
+    from trainperf.plan.stack_memory import in_flight, stage_layer_counts
+
+    pp = dims.pp
+    if pp <= 3:
+        return list(range(pp))
+    layers = stage_layer_counts(r.model.n_layer, pp, r.parallel.vpp)
+    accum = dims.batch(r.train).accum
+    mid = max(range(1, pp - 1), key=lambda p: layers[p] * in_flight(r.parallel.pp_schedule, pp, r.parallel.vpp, p, accum))
+    return [0, mid, pp - 1]
+
+
+def _grad_mode(r: Recipe, dims: ParallelDims, device_bytes: float | None, pp_rank: int) -> str | None:
+    """How the full-depth rank would accumulate gradients (a shallow trace's fewer parameters must not
+    decide it): parallel.apply's rule on this rank's parts of the whole model, built on the meta device."""
+    from trainperf.model.transformer import Transformer
+    from trainperf.parallel.apply import ACCUM_LOCAL, ACCUM_REDUCE_EACH, ACCUM_UNSHARDED
+    from trainperf.parallel.dims import unsharded_grads_fit
+    from trainperf.parallel.pipeline import split_stage
+
+    if device_bytes is None or dims.ddp:
+        return None
+    if not dims.fsdp or dims.batch(r.train).accum == 1:
+        return ACCUM_LOCAL
+    with torch.device("meta"):
+        model = Transformer(r.model)
+    parts = [model]
+    if dims.pp > 1:
+        n = dims.pp * r.parallel.vpp
+        parts = [split_stage(model, s, n) for s in range(pp_rank, n, dims.pp)]
+    grads = sum(4 * p.numel() for part in parts for p in part.parameters() if p.requires_grad)
+    if dims.pp > 1:  # the pipeline keeps the gathered parameters too
+        grads += sum(2 * p.numel() for part in parts for p in part.parameters())
+    return ACCUM_UNSHARDED if unsharded_grads_fit(grads // dims.tp, device_bytes) else ACCUM_REDUCE_EACH
+
+
+def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed: int = 0,
+                 exact: bool = False) -> MemoryTrace:
+    """The traced memory of the pipeline ranks `traced_pp_ranks` picks (the first rank of each: the
+    ranks of one stage hold the same shapes, tp, cp and FSDP shards being even or a row apart), each
+    traced in a process of its own.
+
+    A model deeper than DEPTHS[-1] layers per (virtual) stage is traced at DEPTHS[0] and DEPTHS[1]
+    layers per stage, unless `exact`, and each rank's peak extended linearly to its own layers: the
+    blocks are identical, so every term grows by the same bytes per block (tests check that the
+    trace is affine in depth and that the extension matches a full trace)."""
+    import copy
+
     r = trace_recipe(r)
     dims = ParallelDims.for_recipe(r, world)
     per = world // dims.pp
-    out = None
-    for p in range(dims.pp):
-        st, mode = _in_child(trace_stage, r, world, p * per, device_bytes, seed)
-        if out is None:
-            out = MemoryTrace(world, r.train.precision, mode)
-        out.stages.append(st)
+    n_chunks = dims.pp * r.parallel.vpp
+    pp_ranks = traced_pp_ranks(r, dims)
+    deep = not exact and r.model.n_layer > DEPTHS[-1] * n_chunks
+    depths = DEPTHS if deep else (None,)
+    runs: dict = {}
+    for k in depths:
+        rk = r
+        if k is not None:
+            rk = copy.deepcopy(r)
+            rk.model.n_layer = k * n_chunks
+        for p in pp_ranks:
+            runs[k, p] = _in_child(trace_stage, rk, world, p * per, device_bytes, seed,
+                                   _grad_mode(r, dims, device_bytes, p))
+    out = MemoryTrace(world, r.train.precision, runs[depths[0], 0][1])
+    out.depths = None if not deep else DEPTHS
+    if not deep:
+        out.stages = [runs[None, p][0] for p in pp_ranks]
+        return out
+    from trainperf.plan.stack_memory import stage_layer_counts
+
+    layers = stage_layer_counts(r.model.n_layer, dims.pp, r.parallel.vpp)
+    a, b = DEPTHS
+    for p in pp_ranks:
+        s2, s3 = runs[a, p][0], runs[b, p][0]
+        x = (layers[p] / r.parallel.vpp - a) / (b - a)
+
+        def ext(f: str) -> int:
+            return round(getattr(s2, f) + (getattr(s3, f) - getattr(s2, f)) * x)
+
+        out.stages.append(StageTrace(p, p * per, ext("peak_bytes"), s3.peak_at, ext("static_bytes"),
+                                     ext("resident_bytes"), round(s2.seconds + s3.seconds, 2)))
     return out
+
+
+def fit_warning(r: Recipe, dims: ParallelDims, device_bytes: float) -> str | None:
+    """Before a run on a GPU: the planner's price of this stack (plan.stack_memory, which the traced
+    memory checks) when it exceeds the device, with what to run to see the trace; else None."""
+    from trainperf.plan.stack_memory import stack_memory
+
+    g = dims.batch(r.train)
+    m = stack_memory(r.model, tp=dims.tp, pp=dims.pp, vpp=r.parallel.vpp, cp=dims.cp, dp=dims.dp,
+                     dp_replicate=dims.dp_replicate, mbs=g.micro, gbs=g.global_batch, schedule=r.parallel.pp_schedule,
+                     recompute=r.parallel.activation_checkpoint, precision=r.train.precision,
+                     optimizer=r.train.optimizer, gpu_bytes=device_bytes)
+    if m.total <= device_bytes:
+        return None
+    return (f"this layout needs about {m.total / 1e9:.1f} GB per GPU (planned: activations "
+            f"{m.activations / 1e9:.1f}, loss {m.logits / 1e9:.1f} GB) and the GPU has {device_bytes / 1e9:.1f} GB; "
+            f"`trainperf run {r.benchmark.name} --dry-run --nproc {dims.world_size} --gpu KIND` traces it and says "
+            f"what to change")

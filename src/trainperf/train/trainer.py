@@ -196,6 +196,13 @@ class Trainer:
         self.precision = resolve_precision(r, env, ckpt, self.geometry.micro, r.model.seq_len // self.dims.cp)
         self.parts, self.n_params = build_parts(r, self.dims, self.device, opts.seed)
         self.engine = make_engine(self.parts, r, self.dims, self.device, self.geometry.accum)
+        if self.device.type == "cuda" and env.is_main:
+            from trainperf.train.engine import device_memory
+            from trainperf.train.memtrace import fit_warning
+
+            warning = fit_warning(r, self.dims, device_memory(self.device))
+            if warning:
+                print(f"trainperf: warning: {warning}", flush=True)
         self.opt = Optimizers(self.parts, r, self.device)
         self.state = TrainState()
         ckpt.attach(checkpoint_states(self.parts, self.opt, self.state), self.dims)
@@ -222,6 +229,8 @@ class Trainer:
         for key, value in pairs:
             self.log.event(key, value)
         self.log.event("precision_choice", self.precision.to_dict())  # what auto measured, or the recipe's word
+        # how FSDP2 holds gradients between micro-batches (parallel.apply.accumulation_mode)
+        self.log.event("grad_accumulation", self.engine.grad_sync_mode)
         if self.r.parallel.compile:
             self.warm_up()
         self.env.barrier()
