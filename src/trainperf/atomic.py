@@ -166,11 +166,13 @@ def check_out(out: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
     if out.exists():
         if not out.is_dir():
             raise OutError(f"{flag} {out}: is a file, not a folder")
-        if any(out.iterdir()) and out_kind(out) != kind:
+        names = sorted(p.name for p in out.iterdir())
+        if names and out_kind(out) != kind:
             made = out_kind(out)
             what = f"trainperf made it for {made} output" if made else "trainperf did not make it"
-            raise OutError(f"{flag} {out}: the folder holds files and {what}; {kind} output goes to a new "
-                           "folder, an empty one, or one trainperf made for it")
+            held = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise OutError(f"{flag} {out}: the folder holds files ({held}) and {what}; {kind} output goes to a "
+                           "new folder, an empty one, or one trainperf made for it")
         _check_writable(out, "writing into", out)
         return out
     parent = out.parent

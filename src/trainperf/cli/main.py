@@ -339,6 +339,8 @@ def _on_sigterm():
     program is, as Ctrl-C raises KeyboardInterrupt: the run logs its stop, files being written are
     dropped (atomic writes), committed checkpoints stay. The previous handler, to put back; None
     where signals cannot be set (not the main thread)."""
+    global _sigterm_seen
+    _sigterm_seen = False
     try:
         return signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:

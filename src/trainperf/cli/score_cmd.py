@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from trainperf import atomic
 from trainperf.cli.args import file_name
 from trainperf.errors import UsageError
 
@@ -89,7 +90,6 @@ def cmd_score(args) -> int:
 
 
 def cmd_package(args) -> int:
-    from trainperf import atomic
     from trainperf.mlperf.package import package
 
     atomic.check_out(args.out, "package")
@@ -146,8 +146,9 @@ def run_seeds_and_score(recipe, args, out: Path, seed: int) -> int:
 
     if getattr(args, "nproc", 0) > 1 or getattr(args, "resume", None) is not None:
         raise UsageError("--seeds runs in this process; it does not combine with --nproc or --resume")
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != atomic.OUT_MARKER for p in out.iterdir()):
         raise UsageError(f"{out}: exists and is not empty; --seeds writes a fresh OUT/seed_<i>/ per run")
+    atomic.mark_out(out, "seeds")
     listener_for = None
     if getattr(args, "tensorboard", False):
         from trainperf.report.tensorboard import TensorBoardWriter
