@@ -9,6 +9,9 @@ import torch
 from trainperf.data.indexed import IndexWriter, open_prefix, parse_blend, token_dtype
 from trainperf.errors import DataError
 
+# megatron-core's builder converts tensors with numpy.array(copy=False) semantics numpy 2 warns about
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
 
 def _docs(n=50, seed=0, vocab=1000):
     rng = np.random.default_rng(seed)
