@@ -83,7 +83,7 @@ def test_gradient_accumulation_reduces_each_micro_batch_where_whole_gradients_do
 
 
 def test_a_run_on_a_gpu_is_warned_before_training_when_the_plan_does_not_fit():
-    from trainperf.train.memtrace import fit_warning
+    from trainperf.train.engine import fit_warning
 
     r = load_recipe("llama31_8b", ["train.precision=bf16"])
     dims = ParallelDims.for_recipe(r, 8)
