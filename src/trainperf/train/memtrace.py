@@ -396,32 +396,49 @@ def pipeline_eval(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims) -> Non
         del out
 
 
-def _in_child(fn, *args):
-    """fn(*args) in a forked process (a process group is made once per process: each traced rank gets
-    its own); its result, or its exception raised here."""
+def _in_children(calls: list[tuple]) -> list:
+    """fn(*args) for each (fn, *args) in a forked process of its own (a process group is made once per
+    process: each traced rank gets its own), as many at once as the machine has cores; their
+    results in order, or the first one's exception raised here."""
     import multiprocessing as mp
+    import os
 
     ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
+    results: list = [None] * len(calls)
+    width = max(1, min(len(calls), os.cpu_count() or 1))
 
-    def run() -> None:
+    def start(i: int):
+        fn, *args = calls[i]
+        recv, send = ctx.Pipe(duplex=False)
+
+        def run() -> None:
+            try:
+                send.send((True, fn(*args)))
+            except BaseException as e:  # noqa: BLE001 - carried to the parent, raised there
+                send.send((False, e))
+
+        p = ctx.Process(target=run)
+        p.start()
+        send.close()
+        return i, p, recv
+
+    todo, running = list(range(len(calls))), []
+    while todo or running:
+        while todo and len(running) < width:
+            running.append(start(todo.pop(0)))
+        i, p, recv = running.pop(0)
         try:
-            send.send((True, fn(*args)))
-        except BaseException as e:  # noqa: BLE001 - carried to the parent, raised there
-            send.send((False, e))
-
-    p = ctx.Process(target=run)
-    p.start()
-    send.close()
-    try:
-        ok, value = recv.recv()
-    except EOFError:
+            ok, value = recv.recv()
+        except EOFError:
+            ok, value = False, RuntimeError(f"the memory trace's process ended with exit code {p.exitcode}")
         p.join()
-        raise RuntimeError(f"the memory trace's process ended with exit code {p.exitcode}") from None
-    p.join()
-    if not ok:
-        raise value
-    return value
+        if not ok:
+            for _, q, _ in running:
+                q.terminate()
+                q.join()
+            raise value
+        results[i] = value
+    return results
 
 
 DEPTHS = (3, 4)  # layers per (virtual) stage of the two shallow traces a deep model is extended from
@@ -470,7 +487,7 @@ def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed:
                  exact: bool = False) -> MemoryTrace:
     """The traced memory of the pipeline ranks `traced_pp_ranks` picks (the first rank of each: the
     ranks of one stage hold the same shapes, tp, cp and FSDP shards being even or a row apart), each
-    traced in a process of its own.
+    traced in a process of its own (as many at once as there are cores).
 
     A model deeper than DEPTHS[-1] layers per (virtual) stage is traced at DEPTHS[0] and DEPTHS[1]
     layers per stage, unless `exact`, and each rank's peak extended linearly to its own layers: the
@@ -487,15 +504,16 @@ def trace_memory(r: Recipe, world: int, device_bytes: float | None = None, seed:
     pp_ranks = traced_pp_ranks(r, dims)
     deep = not exact and r.model.n_layer > DEPTHS[-1] * n_chunks
     depths = DEPTHS if deep else (None,)
-    runs: dict = {}
+    keys, calls = [], []
     for k in depths:
         rk = r
         if k is not None:
             rk = copy.deepcopy(r)
             rk.model.n_layer = k * n_chunks
         for p in pp_ranks:
-            runs[k, p] = _in_child(trace_stage, rk, world, p * per, device_bytes, seed,
-                                   _grad_mode(r, dims, device_bytes, p))
+            keys.append((k, p))
+            calls.append((trace_stage, rk, world, p * per, device_bytes, seed, _grad_mode(r, dims, device_bytes, p)))
+    runs = dict(zip(keys, _in_children(calls)))
     out = MemoryTrace(world, r.train.precision, runs[depths[0], 0][1])
     out.depths = None if not deep else DEPTHS
     if not deep:
