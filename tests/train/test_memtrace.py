@@ -83,7 +83,7 @@ def test_gradient_accumulation_reduces_each_micro_batch_where_whole_gradients_do
 
 
 def test_a_run_on_a_gpu_is_warned_before_training_when_the_plan_does_not_fit():
-    from trainperf.train.memtrace import fit_warning
+    from trainperf.train.engine import fit_warning
 
     r = load_recipe("llama31_8b", ["train.precision=bf16"])
     dims = ParallelDims.for_recipe(r, 8)
@@ -91,3 +91,13 @@ def test_a_run_on_a_gpu_is_warned_before_training_when_the_plan_does_not_fit():
     r = load_recipe("llama31_8b", ["train.precision=bf16", "train.micro_batch_size=4"])
     w = fit_warning(r, ParallelDims.for_recipe(r, 8), 80e9)
     assert w is not None and "--dry-run --nproc 8 --gpu" in w
+
+
+@pytest.mark.parametrize("sets", [[], ["parallel.pp=2", "train.global_batch_size=16"]])
+def test_a_deep_model_extended_from_two_shallow_traces_matches_its_full_trace(sets):
+    r = _recipe("model.n_layer=12", *sets)  # 6 and 12 layers per stage: deeper than DEPTHS[-1]
+    ext = trace_memory(r, 8, device_bytes=GPU)
+    full = trace_memory(r, 8, device_bytes=GPU, exact=True)
+    assert ext.depths is not None and full.depths is None
+    for e, f in zip(ext.stages, full.stages):
+        assert e.peak_bytes == pytest.approx(f.peak_bytes, rel=0.01), (e, f)

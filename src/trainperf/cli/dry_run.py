@@ -127,7 +127,7 @@ def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str) -> dic
             "step_time_s": round(est.step_time_s, 4)}
 
 
-def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int) -> dict[str, Any]:
+def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, precision: str = "bf16") -> dict[str, Any]:
     """The busiest rank's memory traced from the trainer's code, the planner's price of the same
     stack, the GPU's usable memory, and what to change when the trace does not fit."""
     from trainperf.plan.hardware import get_gpu
@@ -149,6 +149,9 @@ def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int) -> dict[str, An
            "traced_layers": (f"{r.model.n_layer} (every layer)" if trace.depths is None else
                              f"{' and '.join(map(str, trace.depths))} per pipeline stage, extended to "
                              f"{r.model.n_layer} (identical blocks: memory is linear in them)")}
+    if precision != trace.precision or r.train.fp8_linear:
+        out["not_counted"] += (f"; {precision} matmuls: traced as their bf16 autocast (FP8/FP4 casts and "
+                               f"low-precision weight copies are not traced)")
     if not out["fits"]:
         out["advice"] = fit_advice(r, dims, geometry, trace.precision, cap)
     return out
@@ -215,7 +218,7 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     precision = (named.precision if named and named.precision else
                  "fp8" if r.train.fp8_linear else "bf16")
     est = planner_estimate(r, dims, geometry, gpu, precision) if gpu else None
-    memory = memory_check(r, dims, geometry, gpu, seed) if gpu and trace else None
+    memory = memory_check(r, dims, geometry, gpu, seed, precision) if gpu and trace else None
     ev = r.eval.eval_samples or r.eval.eval_documents
     keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
                         corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)

@@ -25,15 +25,20 @@ parameter (2 under bf16 mixed precision, else 4):
                recompute, the SwiGLU's SiLU output 2·s·b·f/tp (the trainer's unfused gate·up
                product saves it for its backward, beside the gate, the up projection and the
                product that count has), x the stage's layers x the micro-batches its schedule
-               keeps in flight (`in_flight`). Two more per layer where the trainer has them:
+               keeps in flight (`in_flight`). Three more per layer where the trainer has them:
+               torch's DTensor tensor parallelism saves the all-gathered (whole) inputs of the
+               column-parallel projections, where Megatron's sequence parallelism, which that count
+               assumes, saves their 1/tp shard: + (1 - 1/tp) of those inputs;
                LoRA's adapter dropout keeps a mask (1 byte) and its output (2) of each adapted
                projection's input (the whole s·b·h a column-parallel projection gathers, 1/tp of a
                row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
                causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
                CUDA with NCCL runs where a fused kernel takes the shape, has none)
   reducing     a block's whole gradients while its backward runs under FSDP2: in the compute dtype
-               and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32), (w + 4)·block
-               parameters/tp (4 in fp32, one copy); gone before the next block's
+               and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32; none in fp32),
+               and the flat all-gather buffer of the block prefetched for the next backward before
+               it is copied out, (2·w + 4)·block parameters/tp in bf16 (8 in fp32); gone before the
+               next block's
   logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
                every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
@@ -169,6 +174,9 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
                                            flash=True, dropout=False, frozen_mlp=frozen_mlp)
     if cfg.gated and recompute == "none":
         act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
+    if tp > 1:
+        gemm_in = (1 if frozen_mlp else 2) * 2 * (cfg.seq_len // cp) * mbs * cfg.d_model
+        act_layer += gemm_in * (1 - 1 / tp)
     act_layer *= w // 2
     s_loc = cfg.seq_len // cp
     if cfg.lora_rank and cfg.lora_dropout > 0:
@@ -209,7 +217,7 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
         m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
                         activations=acts, logits=logits, accumulation_mode=mode,
-                        reducing=(w + 4 if w == 2 else 4) * blk / tp if F > 1 else 0.0,
+                        reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0,
                         grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
         if best is None or m.total > best.total:
             best = m

@@ -111,3 +111,21 @@ def make_engine(parts: list[nn.Module], r: Recipe, dims: ParallelDims, device: t
     if dims.pp == 1:
         return LocalEngine(parts[0], r, dims, device, accum, device_bytes, grad_mode)
     return PipelineEngine(parts, r, dims, device, accum, device_bytes, grad_mode)
+
+
+def fit_warning(r: Recipe, dims: ParallelDims, device_bytes: float) -> str | None:
+    """Before a run on a GPU: the planner's price of this stack (plan.stack_memory, which the traced
+    memory checks) when it exceeds the device, with what to run to see the trace; else None."""
+    from trainperf.plan.stack_memory import stack_memory
+
+    g = dims.batch(r.train)
+    m = stack_memory(r.model, tp=dims.tp, pp=dims.pp, vpp=r.parallel.vpp, cp=dims.cp, dp=dims.dp,
+                     dp_replicate=dims.dp_replicate, mbs=g.micro, gbs=g.global_batch, schedule=r.parallel.pp_schedule,
+                     recompute=r.parallel.activation_checkpoint, precision=r.train.precision,
+                     optimizer=r.train.optimizer, gpu_bytes=device_bytes)
+    if m.total <= device_bytes:
+        return None
+    return (f"this layout needs about {m.total / 1e9:.1f} GB per GPU (planned: activations "
+            f"{m.activations / 1e9:.1f}, loss {m.logits / 1e9:.1f} GB) and the GPU has {device_bytes / 1e9:.1f} GB; "
+            f"`trainperf run {r.benchmark.name} --dry-run --nproc {dims.world_size} --gpu KIND` traces it and says "
+            f"what to change")

@@ -197,8 +197,7 @@ class Trainer:
         self.parts, self.n_params = build_parts(r, self.dims, self.device, opts.seed)
         self.engine = make_engine(self.parts, r, self.dims, self.device, self.geometry.accum)
         if self.device.type == "cuda" and env.is_main:
-            from trainperf.train.engine import device_memory
-            from trainperf.train.memtrace import fit_warning
+            from trainperf.train.engine import device_memory, fit_warning
 
             warning = fit_warning(r, self.dims, device_memory(self.device))
             if warning:
