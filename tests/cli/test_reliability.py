@@ -242,18 +242,17 @@ def test_bad_argument_values_exit_2_in_one_line(argv, flag, capsys):
 def test_no_count_argument_is_a_plain_int():
     """Every integer option of the commands here goes through cli.args' types (positive or >= 0), so
     a 0 or a negative count is never read as "the default" or silently clamped."""
-    allowed = {("data prepare", "--vocab-size"), ("data prepare", "--seq-len")}  # the data engineer's section
     plain = []
 
     def walk(parser, name):
         for a in parser._actions:
-            if a.type is int and a.option_strings and (name, a.option_strings[0]) not in allowed:
+            if a.type is int and a.option_strings:
                 plain.append(f"{name} {a.option_strings[0]}")
             for sub_name, sub in (getattr(a, "choices", None) or {}).items() if hasattr(a, "add_parser") else ():
                 walk(sub, f"{name} {sub_name}".strip())
 
     walk(build_parser(), "")
-    assert not [p for p in plain if not p.startswith("plan")], plain  # plan's options: the planner's module
+    assert not plain, plain
 
 
 def test_micro_batch_larger_than_global_batch_is_refused(tmp_path, capsys):

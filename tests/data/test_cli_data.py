@@ -68,12 +68,20 @@ def test_out_onto_a_foreign_folder_is_refused_and_left_intact(tmp_path, capsys):
     (mine / "sub" / "data.csv").write_text("1,2")
     before = sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*"))
     for kind in (["--tokenizer", "byte"], ["--tokenizer", "byte", "--kind", "samples", "--seq-len", "8"]):
-        assert main(["data", "prepare", str(src), "--out", str(mine), *kind]) == 2
-        assert "not a trainperf" in capsys.readouterr().err
+        # exit 1, as every refused --out (atomic.check_out: one rule for all outputs)
+        assert main(["data", "prepare", str(src), "--out", str(mine), *kind]) == 1
+        assert "trainperf did not make it" in capsys.readouterr().err
     assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == before
     assert (mine / "thesis.tex").read_text() == "years of work"
     # a file, too
-    assert main(["data", "prepare", str(src), "--out", str(mine / "thesis.tex"), "--tokenizer", "byte"]) == 2
+    assert main(["data", "prepare", str(src), "--out", str(mine / "thesis.tex"), "--tokenizer", "byte"]) == 1
+    # a samples folder trainperf made is made again in place; a tokens dataset's folder is not a samples one
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"input": f"q{i} ", "output": f"a{i}"}) + "\n" for i in range(64)))
+    rows = tmp_path / "rows"
+    for _ in range(2):
+        assert main(["data", "prepare", str(pairs), "--out", str(rows), "--tokenizer", "byte", "--kind", "samples",
+                     "--seq-len", "8"]) == 0
     # a folder trainperf made is prepared again in place, with other settings too
     ds = tmp_path / "ds"
     assert main(["data", "prepare", str(src), "--out", str(ds), "--tokenizer", "byte"]) == 0

@@ -86,15 +86,15 @@ def _add_data(sub) -> None:
     q.add_argument("--out", type=Path, required=True,
                    help="a new or empty folder, or one trainperf prepared (any other folder is refused)")
     q.add_argument("--tokenizer", default="bpe", help="byte, bpe, a tokenizer.json or a SentencePiece .model")
-    q.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary when training one")
+    q.add_argument("--vocab-size", type=positive_int, default=4096, help="BPE vocabulary when training one")
     q.add_argument("--val", default="", metavar="VALSRC",
                    help="validation file or folder (default: hold out documents by a hash of their id)")
     q.add_argument("--kind", choices=["tokens", "samples"], default="tokens",
                    help="samples: fine-tuning rows (input_ids/labels or input/output), loss on labels only")
     q.add_argument("--eod", default="", metavar="TOKEN",
                    help="a tokenizer token put after every document (as Megatron's --append-eod)")
-    q.add_argument("--seq-len", type=int, default=0, help="row length for --kind samples (the model's seq_len)")
-    q.add_argument("--workers", type=int, default=0, metavar="N", help="worker processes (default: the machine's cores)")
+    q.add_argument("--seq-len", type=non_negative_int, default=0, help="row length for --kind samples (the model's seq_len)")
+    q.add_argument("--workers", type=non_negative_int, default=0, metavar="N", help="worker processes (default: the machine's cores)")
     q.add_argument("--shard", default="", metavar="I/N",
                    help="make only every N-th piece starting at I (0-based; e.g. one Slurm array task); a run "
                         "without --shard then assembles the dataset from the finished pieces")
@@ -253,8 +253,6 @@ def cmd_data(args) -> int:
     validate(Recipe(data=cfg))
     if args.kind == "samples" and args.seq_len < 2:
         raise UsageError("--kind samples needs --seq-len (the model's sequence length)")
-    if args.workers < 0:
-        raise UsageError("--workers must be >= 0")
     return tools.prepare(cfg, args.out, args.seq_len, args.workers, tools.parse_shard(args.shard))
 
 

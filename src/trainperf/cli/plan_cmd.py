@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from trainperf.cli.args import positive_int
 from trainperf.errors import RunError, UsageError
 
 EPILOG = """examples:
@@ -41,7 +42,7 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--gpu", help=f"GPU kind (a100, h100, h200, b200, gb200, b300, gb300){kinds}")
     p.add_argument("--gpus", help="GPU count" + ("s: A..B (powers of two) or A,B,C" if sweep else ""))
     p.add_argument("--network", default=None, help="scale-out network (ib_ndr, ib_xdr, roce_400, ...); default: the GPU's")
-    p.add_argument("--gbs", type=int, default=None, help="global batch (default: searched inside the RCP range)")
+    p.add_argument("--gbs", type=positive_int, default=None, help="global batch (default: searched inside the RCP range)")
     p.add_argument("--round", dest="round_", default=None, metavar="X.Y",
                    help="MLPerf round whose rules apply: RCPs, allowed precisions, evaluation costs "
                         "(default: the newest round with the benchmark)")
@@ -82,7 +83,7 @@ def _plan_opts() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="M",
                    help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
                         "config.json, or layers=,d_model=,heads=,kv_heads=,ffn=,vocab=,seq=,family=gpt|llama")
-    p.add_argument("--seq-len", type=int, default=None, metavar="N", help="--model: the sequence length")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="N", help="--model: the sequence length")
     p.add_argument("--tokens", type=float, default=None, metavar="N",
                    help="--model: the token budget to train (time-to-train); without it step time and throughput")
     p.add_argument("--samples", type=float, default=None, metavar="N",
@@ -90,7 +91,7 @@ def _plan_opts() -> argparse.ArgumentParser:
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
                    help="take samples to the target (and the global batch) from MLPerf result logs: "
                         "olympic mean over their converged runs")
-    p.add_argument("--top", type=int, default=5, help="layouts to list")
+    p.add_argument("--top", type=positive_int, default=5, help="layouts to list")
     p.add_argument("--emit-run", action="store_true",
                    help="print the `trainperf run` command line for the top layout (and how to start it on many nodes)")
     return p
@@ -179,8 +180,6 @@ def cmd_plan(args) -> int:
     if not args.gpu or not args.gpus:
         raise UsageError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
     n = parse_gpu_count(args.gpus)
-    if args.top < 1:
-        raise UsageError("--top must be >= 1")
     check(args.price, args.pue)
     cal, note = _calibration(args)
     kw = dict(stack=_stack(args), network=args.network, layout=parse_layout(args.layout) if args.layout else None, gbs=args.gbs,

@@ -24,7 +24,7 @@ import torch
 from trainperf.config import DataConfig
 from trainperf.data.dataset import TokenData, is_token_source, open_folder, open_megatron, read_meta
 from trainperf.data.gpt import GPTBatches
-from trainperf.data.prepare import list_inputs, prepare_corpus, refuse_foreign, tokenizer_key
+from trainperf.data.prepare import dataset_kind, list_inputs, prepare_corpus, refuse_foreign, tokenizer_key
 from trainperf.data.prepared import FORMAT as SAMPLES_FORMAT
 from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, open_samples, read_samples,
                                     samples_fingerprint, synthetic_samples, write_samples, _shift)
@@ -136,7 +136,7 @@ def _prepare_samples(cfg: DataConfig, out: Path | None, row_len: int) -> SampleD
             return _check_kind(cfg, open_dataset(target))
         except DataError:
             pass
-    write_samples(target, samples, tok, name, row_len, val)
+    write_samples(target, samples, tok, name, row_len, val, out_kind=dataset_kind("samples") if out else None)
     return open_dataset(target)
 
 

@@ -34,7 +34,7 @@ from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_me
 from trainperf.data.indexed import IndexWriter, temp_owner, token_dtype
 from trainperf.data.prepared import sha256_file, with_val
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
-from trainperf.errors import DataError, UsageError
+from trainperf.errors import DataError
 
 BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
@@ -98,31 +98,21 @@ def _tokenizer_file(spec: str) -> str:
 # --- the --out rule -----------------------------------------------------------------------------
 
 def refuse_foreign(out: Path, kind: str = "tokens") -> None:
-    """`--out` may be new, an empty folder, or a folder trainperf made for this kind of data (its
-    prepare.json, or a samples folder's meta.json); anything else is refused and left untouched."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder; refusing to write there")
-    if not out.is_dir():
-        return
-    others = [p.name for p in out.iterdir() if not p.name.startswith(".prepare.json.")]
-    if not others:
-        return
-    if kind == "tokens" and (out / "prepare.json").is_file():
-        return
-    if kind == "samples":
-        try:
-            if json.loads((out / "meta.json").read_text()).get("kind") == "samples":
-                return
-        except (OSError, ValueError, AttributeError):
-            pass
-    raise UsageError(f"--out {out}: an existing folder that is not a trainperf {kind} dataset; refusing to "
-                     "write into it (nothing was changed)")
+    """`data prepare --out` follows the one rule for every output folder (`atomic.check_out`): new,
+    empty, or one trainperf made for this kind of dataset; anything else is refused, untouched."""
+    atomic.check_out(out, dataset_kind(kind))
+
+
+def dataset_kind(kind: str) -> str:
+    """The `--out` marker's kind for a prepared folder of `kind` ("tokens" or "samples")."""
+    return f"{kind} dataset"
 
 
 def claim_out(out: Path, settings: dict) -> None:
     """Make `out` ours for these settings (refuse_foreign's rule). A folder trainperf made with other
     settings has its own files removed, nothing else."""
     refuse_foreign(out)
+    atomic.mark_out(out, dataset_kind("tokens"))
     marker = out / "prepare.json"
     if marker.is_file():
         try:

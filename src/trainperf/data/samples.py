@@ -114,8 +114,10 @@ def _pad(samples: list[Sample], row_len: int, dtype: np.dtype) -> tuple[np.ndarr
 
 
 def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name: str, row_len: int,
-                  val_samples: list[Sample] | None = None) -> Path:
-    """Write a samples folder atomically; validation rows are `val_samples` or the id-hash split."""
+                  val_samples: list[Sample] | None = None, out_kind: str | None = None) -> Path:
+    """Write a samples folder atomically; validation rows are `val_samples` or the id-hash split.
+    out_kind: a user's `--out`, marked as trainperf's output of that kind inside the same atomic
+    replace (so a rerun may write there again)."""
     if val_samples is None:
         train = [s for s in samples if not s.is_val]
         val = [s for s in samples if s.is_val]
@@ -131,6 +133,8 @@ def write_samples(out: Path, samples: list[Sample], tok: Tokenizer, corpus_name:
     dtype = dtype_for(vocab)
     fp = with_val(samples_fingerprint(samples), samples_fingerprint(val_samples) if val_samples is not None else None)
     with atomic.atomic_dir(Path(out), overwrite=True) as tmp:
+        if out_kind:
+            atomic.mark_out(tmp, out_kind)
         meta: dict = {"format": FORMAT, "kind": "samples", "corpus": corpus_name, "fingerprint": fp,
                       "val_source": "hash split" if val_samples is None else "file",
                       "tokenizer": tok.name, "vocab_size": vocab, "dtype": dtype.name, "row_len": row_len}
