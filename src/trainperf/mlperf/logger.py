@@ -18,6 +18,15 @@ from trainperf import atomic
 RULES_DIR = Path(__file__).parent / "rules"
 
 
+class _StrictFileHandler(logging.FileHandler):
+    """A file handler whose write errors reach the caller: logging's default prints "--- Logging
+    error ---" and goes on, so a full disk would silently drop lines from a result log, which then
+    no longer scores. Raised, the OS error becomes the CLI's one line (cli.main)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        raise  # re-raises the exception emit() is handling
+
+
 class MLPerfLog:
     _count = 0
 
@@ -34,7 +43,7 @@ class MLPerfLog:
         logger.setLevel(logging.INFO)
         for h in list(logger.handlers):
             logger.removeHandler(h)
-        self._handler = logging.FileHandler(path, mode="x", encoding="utf-8")  # never append to a result
+        self._handler = _StrictFileHandler(path, mode="x", encoding="utf-8")  # never append to a result
         logger.addHandler(self._handler)
         self._logger_name = logger.name
         # stack offset 2: the call site recorded in the log is our caller, not this wrapper.
