@@ -61,3 +61,13 @@ def test_a_bad_model_file_is_one_line(tmp_path):
     (tmp_path / "bad.model").write_bytes(b"not a model")
     with pytest.raises(DataError, match="bad.model: not a valid SentencePiece model"):
         load_tokenizer(tmp_path / "bad.model")
+
+
+def test_saved_under_the_name_it_loads_from(tmp_path, spm_model):
+    from trainperf.data.tokenizer import tokenizer_file
+
+    tok = load_tokenizer(spm_model)
+    path = tmp_path / tokenizer_file(tok)
+    tok.save(path)
+    assert path.name == "tokenizer.model"
+    assert load_tokenizer(path).encode("def main():") == tok.encode("def main():")

@@ -95,6 +95,8 @@ def test_cli_run_from_a_prefix(tmp_path):
     assert p.returncode == 3, p.stderr  # stopped by --max-steps
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "aborted"
+    # the run keeps the tokenizer data.tokenizer named (a prefix carries none), so sample/export find it
+    assert json.loads((tmp_path / "run" / "tokenizer.json").read_text()) == {"trainperf_tokenizer": "byte"}
 
 
 def test_bad_corpus_files_are_one_line(tmp_path):

@@ -177,6 +177,11 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
     return HFTokenizer(tok, name=f"bpe{vocab_size}")
 
 
+def tokenizer_file(tok: Tokenizer) -> str:
+    """The file name a tokenizer is saved under in a run or dataset folder (`save()`'s format)."""
+    return "tokenizer.model" if isinstance(tok, SentencePieceTokenizer) else "tokenizer.json"
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer saved by `save()`: ours (byte), any HF `tokenizer.json`, or a SentencePiece `.model`."""
     path = Path(path)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from trainperf.data.dataset import TOKENIZER_FILES
 from trainperf.data.tokenizer import load_tokenizer
 from trainperf.model.transformer import Transformer
 from trainperf.report.export import load_model
@@ -37,7 +38,7 @@ def sample(run_dir: str | Path, prompt: str, max_new_tokens: int = 200, num_samp
            temperature: float = 0.8, top_k: int = 50, seed: int = 0, device: str = "cpu") -> list[str]:
     """`num_samples` continuations of `prompt` (the prompt included), reproducible for a seed."""
     run_dir = Path(run_dir)
-    tok_path = run_dir / "tokenizer.json"
+    tok_path = next((run_dir / n for n in TOKENIZER_FILES if (run_dir / n).is_file()), run_dir / "tokenizer.json")
     if not tok_path.is_file():
         raise RunDirError(f"{tok_path}: missing; sampling needs the run's tokenizer")
     tok = load_tokenizer(tok_path)

@@ -26,6 +26,8 @@ from typing import Iterator
 import torch
 
 from trainperf import atomic
+from trainperf.data.dataset import folder_tokenizer
+from trainperf.data.tokenizer import tokenizer_file
 from trainperf.config import ModelConfig, Recipe
 from trainperf.model.transformer import merge_lora
 from trainperf.model.weights import save_adapters
@@ -74,10 +76,11 @@ def save_final(parts: torch.nn.Module | list[torch.nn.Module], r: Recipe, out: P
             save_adapters(dict(read_tensors(shards, lambda k: ".lora_" in k)), out / "adapters.safetensors")
         shutil.rmtree(shards)
         atomic.write_json(out / "config.json", {"trainperf_model": dataclasses.asdict(r.model), "recipe": r.to_dict()})
-        tok = data.path / "tokenizer.json"
-        if tok.exists():
-            with atomic.atomic_path(out / "tokenizer.json") as tmp:
-                shutil.copyfile(tok, tmp)
+        # the tokenizer training read (a Megatron prefix's comes from data.tokenizer), whatever its kind
+        tok = getattr(data, "tokenizer", None) or folder_tokenizer(data.path)
+        if tok is not None:
+            with atomic.atomic_path(out / tokenizer_file(tok)) as tmp:
+                tok.save(tmp)
     env.barrier()  # no rank leaves before the files exist (a caller may read them next)
 
 
