@@ -153,19 +153,80 @@ def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) ->
     return min(warmup + 1, microbatches * vpp) / vpp
 
 
-def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
-                 dp_replicate: int = 1, mbs: int = 1, gbs: int = 1, schedule: str = "1f1b",
-                 recompute: str = "none", precision: str = "bf16", optimizer: str = "adamw",
-                 gpu_bytes: float | None = None) -> StackMemory:
-    """The busiest rank's memory (bytes, by term: see the module) for this layout, `dp` counting every
-    data-parallel rank (dp_shard = dp / dp_replicate), `gbs` sequences per step; `gpu_bytes` decides
-    whether whole gradients fit between micro-batches (None: they do)."""
-    from trainperf.parallel.dims import fsdp_applies, unsharded_grads_fit
+@dataclass(frozen=True)
+class _Stage:
+    """One pipeline rank's terms that do not depend on the global batch (bytes)."""
+
+    rank: int
+    params: float  # P
+    trainable: float  # T
+    optimizer: float  # before sharding
+    acts_per_mb: float  # one micro-batch's activations on the rank's layers
+    gathered: float
+    logits: float
+    reducing: float
+
+
+@dataclass(frozen=True)
+class ShapeMemory:
+    """The memory of one model-parallel shape (tp, pp, vpp, cp, dp, micro-batch, recompute, ...)
+    whatever the global batch, stage by stage; `at(gbs)` is the busiest rank's peak for a batch.
+    The planner's search prices every global batch of a shape from one of these."""
+
+    stages: tuple[_Stage, ...]
+    fsdp: bool
+    shard: int  # F
+    compute_bytes: int  # w
+    dp: int
+    mbs: int
+    pp: int
+    vpp: int
+    schedule: str
+
+    def at(self, gbs: int, gpu_bytes: float | None = None) -> StackMemory:
+        """The busiest rank's memory at `gbs` sequences per step (see the module for each term)."""
+        from trainperf.parallel.dims import unsharded_grads_fit
+
+        fsdp, F, w = self.fsdp, self.shard, self.compute_bytes
+        accum = max(1, gbs // self.dp // self.mbs)
+        best = None
+        for st in self.stages:
+            P, T = st.params, st.trainable
+            if fsdp and accum > 1 and self.pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
+                mode, acc = "pipeline", 4 * T + w * P
+            elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
+                mode, acc = "unsharded", 4 * T
+            else:
+                mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
+            flight = in_flight(self.schedule, self.pp, self.vpp, st.rank, accum)
+            acts = st.acts_per_mb * flight
+            if flight >= accum:
+                # no steady phase: the peak is at the first backward (nothing accumulated) or just after
+                # it, one micro-batch's activations freed and the whole gradients (parameters) made
+                if acc > st.acts_per_mb:
+                    acts -= st.acts_per_mb
+                else:
+                    acc = 0.0
+            # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
+            gathered = 0.0 if mode == "pipeline" and acc else st.gathered
+            m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=st.optimizer / F, accumulation=acc,
+                            gathered=gathered, activations=acts, logits=st.logits, accumulation_mode=mode,
+                            reducing=st.reducing, grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
+            if best is None or m.total > best.total:
+                best = m
+        return best
+
+
+def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
+                 dp_replicate: int = 1, mbs: int = 1, schedule: str = "1f1b", recompute: str = "none",
+                 precision: str = "bf16", optimizer: str = "adamw") -> ShapeMemory:
+    """The terms of this layout that do not depend on the global batch, per pipeline rank, `dp`
+    counting every data-parallel rank (dp_shard = dp / dp_replicate)."""
+    from trainperf.parallel.dims import fsdp_applies
 
     dp_shard = dp // dp_replicate
     fsdp = fsdp_applies(dp_replicate, dp_shard, tp, pp, cp)
     F = dp_shard * cp if fsdp else 1
-    accum = max(1, gbs // dp // mbs)
     w = 2 if precision == "bf16" else 4  # fp8 matmuls run inside bf16 autocast, on bf16 weights
     blk, blk_lora = block_params(cfg)
     layers = stage_layer_counts(cfg.n_layer, pp, vpp)
@@ -185,7 +246,7 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         act_layer += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
     if cp > 1 and recompute != "full":
         act_layer += s_loc * cfg.seq_len * w
-    best = None
+    stages = []
     for p in range(pp):
         first, last = p == 0, p == pp - 1
         root = root_params(cfg, first, last)
@@ -195,30 +256,21 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
         if optimizer == "muon" and not cfg.lora_rank:
             matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
             opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
-        if fsdp and accum > 1 and pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
-            mode, acc = "pipeline", 4 * T + w * P
-        elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
-            mode, acc = "unsharded", 4 * T
-        else:
-            mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
-        flight = in_flight(schedule, pp, vpp, p, accum)
-        acts = act_layer * layers[p] * flight
-        if flight >= accum:
-            # no steady phase: the peak is at the first backward (nothing accumulated) or just after
-            # it, one micro-batch's activations freed and the whole gradients (parameters) made
-            per_mb = act_layer * layers[p]
-            if acc > per_mb:
-                acts -= per_mb
-            else:
-                acc = 0.0
-        # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
-        gathered = w * (2 * blk + root) / tp if F > 1 and not (mode == "pipeline" and acc) else 0.0
-        seq = cfg.seq_len // cp
-        logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
-        m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
-                        activations=acts, logits=logits, accumulation_mode=mode,
-                        reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0,
-                        grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
-        if best is None or m.total > best.total:
-            best = m
-    return best
+        stages.append(_Stage(
+            rank=p, params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * layers[p],
+            gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
+            logits=float(mbs * s_loc * cfg.vocab_size * LOSS_BYTES) if last else 0.0,
+            reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
+    return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
+
+
+def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
+                 dp_replicate: int = 1, mbs: int = 1, gbs: int = 1, schedule: str = "1f1b",
+                 recompute: str = "none", precision: str = "bf16", optimizer: str = "adamw",
+                 gpu_bytes: float | None = None) -> StackMemory:
+    """The busiest rank's memory (bytes, by term: see the module) for this layout, `dp` counting every
+    data-parallel rank (dp_shard = dp / dp_replicate), `gbs` sequences per step; `gpu_bytes` decides
+    whether whole gradients fit between micro-batches (None: they do)."""
+    return shape_memory(cfg, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, dp_replicate=dp_replicate, mbs=mbs,
+                        schedule=schedule, recompute=recompute, precision=precision,
+                        optimizer=optimizer).at(gbs, gpu_bytes)
