@@ -21,7 +21,9 @@ def run_command(plan) -> str:
 
     L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.recipe
     spec = spec_of(L)
-    notes = []
+    e = plan.best.estimate
+    notes = [f"# planned on the {plan.stack} stack: {plan.best.minutes:.1f} min, {e.tokens_per_s_per_gpu:,.0f} "
+             f"tokens/s per GPU, {e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB per GPU"]
     # the trainer has bf16 and FP8 linear layers (train.fp8_linear, with or without tensor parallelism)
     if L.precision not in ("bf16", "fp8"):
         del spec["precision"]
