@@ -51,3 +51,14 @@ def test_no_trace_skips_it(capsys):
     rc, d, err = _dry(capsys, "llama31_8b", *LLAMA_1B, "--nproc", "8", "--gpu", "h100", "--no-trace")
     assert rc == 0, err
     assert d["memory"] is None and d["planner"]["gpu"] == "h100" and d["planner"]["stack"] == "pytorch"
+
+
+def test_full_recompute_under_tensor_parallelism_plans_what_it_traces(capsys):
+    # activations dominate (a 1k vocabulary): a checkpointed block keeps only its 1/tp input shard,
+    # and its backward rebuilds one layer's activations once
+    rc, d, err = _dry(capsys, "llama31_8b", *LLAMA_1B, "--set", "model.vocab_size=1024",
+                      "--set", "parallel.activation_checkpoint=full", "--nproc", "8", "--gpu", "h100",
+                      "--layout", "tp=4,dp=2,mbs=8,gbs=16")
+    assert rc == 0, err
+    m = d["memory"]
+    assert abs(m["planned_gb"] / m["traced_peak_gb"] - 1) <= 0.15, m

@@ -33,7 +33,11 @@ parameter (2 under bf16 mixed precision, else 4):
                projection's input (the whole s·b·h a column-parallel projection gathers, 1/tp of a
                row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
                causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
-               CUDA with NCCL runs where a fused kernel takes the shape, has none)
+               CUDA with NCCL runs where a fused kernel takes the shape, has none). Under full
+               recompute a block keeps only its input, the 1/tp sequence shard it gets, none of
+               these; under either recompute a block's backward first rebuilds what it dropped,
+               one layer's worth, once (traced: tp 4 with full recompute, planned/traced 1.92
+               before this term was counted so, 1.03 after)
   reducing     a block's whole gradients while its backward runs under FSDP2: in the compute dtype
                and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32; none in fp32),
                and the flat all-gather buffer of the block prefetched for the next backward before
@@ -162,6 +166,7 @@ class _Stage:
     trainable: float  # T
     optimizer: float  # before sharding
     acts_per_mb: float  # one micro-batch's activations on the rank's layers
+    rebuilt: float  # what recompute rebuilds of one layer for its backward
     gathered: float
     logits: float
     reducing: float
@@ -199,7 +204,7 @@ class ShapeMemory:
             else:
                 mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
             flight = in_flight(self.schedule, self.pp, self.vpp, st.rank, accum)
-            acts = st.acts_per_mb * flight
+            acts = st.acts_per_mb * flight + st.rebuilt
             if flight >= accum:
                 # no steady phase: the peak is at the first backward (nothing accumulated) or just after
                 # it, one micro-batch's activations freed and the whole gradients (parameters) made
@@ -217,6 +222,30 @@ class ShapeMemory:
         return best
 
 
+def layer_activations(cfg: ModelConfig, *, tp: int, cp: int, mbs: int, recompute: str, w: int) -> float:
+    """Bytes one block keeps for its backward per micro-batch in the trainer (see `activations` in
+    the module); under full recompute only its input, the 1/tp sequence shard the block gets."""
+    s_loc = cfg.seq_len // cp
+    frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
+    act = activation_bytes_per_layer(cfg, s_loc, mbs, tp=tp, sp=True, recompute=recompute,
+                                     flash=True, dropout=False, frozen_mlp=frozen_mlp)
+    if recompute == "full":
+        return act * (w // 2)
+    if cfg.gated and recompute == "none":
+        act += 2 * s_loc * mbs * cfg.ff_dim / tp
+    if tp > 1:
+        gemm_in = (1 if frozen_mlp else 2) * 2 * s_loc * mbs * cfg.d_model
+        act += gemm_in * (1 - 1 / tp)
+    act *= w // 2
+    if cfg.lora_rank and cfg.lora_dropout > 0:
+        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
+        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
+        act += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
+    if cp > 1:
+        act += s_loc * cfg.seq_len * w
+    return act
+
+
 def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
                  dp_replicate: int = 1, mbs: int = 1, schedule: str = "1f1b", recompute: str = "none",
                  precision: str = "bf16", optimizer: str = "adamw") -> ShapeMemory:
@@ -230,22 +259,10 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     w = 2 if precision == "bf16" else 4  # fp8 matmuls run inside bf16 autocast, on bf16 weights
     blk, blk_lora = block_params(cfg)
     layers = stage_layer_counts(cfg.n_layer, pp, vpp)
-    frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
-    act_layer = activation_bytes_per_layer(cfg, cfg.seq_len // cp, mbs, tp=tp, sp=True, recompute=recompute,
-                                           flash=True, dropout=False, frozen_mlp=frozen_mlp)
-    if cfg.gated and recompute == "none":
-        act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
-    if tp > 1:
-        gemm_in = (1 if frozen_mlp else 2) * 2 * (cfg.seq_len // cp) * mbs * cfg.d_model
-        act_layer += gemm_in * (1 - 1 / tp)
-    act_layer *= w // 2
+    act_layer = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute=recompute, w=w)
+    # a recomputed block's backward first rebuilds its forward: one layer's whole activations, once
+    rebuilt = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute="none", w=w) - act_layer
     s_loc = cfg.seq_len // cp
-    if cfg.lora_rank and cfg.lora_dropout > 0:
-        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
-        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
-        act_layer += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
-    if cp > 1 and recompute != "full":
-        act_layer += s_loc * cfg.seq_len * w
     stages = []
     for p in range(pp):
         first, last = p == 0, p == pp - 1
@@ -258,6 +275,7 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
             opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
         stages.append(_Stage(
             rank=p, params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * layers[p],
+            rebuilt=rebuilt if layers[p] else 0.0,
             gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
             logits=float(mbs * s_loc * cfg.vocab_size * LOSS_BYTES) if last else 0.0,
             reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
