@@ -64,6 +64,7 @@ planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 we
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from trainperf.config import ModelConfig
@@ -135,10 +136,15 @@ def root_params(cfg: ModelConfig, first: bool, last: bool) -> int:
 def stage_layer_counts(n_layer: int, pp: int, vpp: int) -> list[int]:
     """Layers on each pipeline rank (rank p holds virtual stages p, p + pp, ...), as the trainer's
     `parallel.dims.stage_layers` splits them."""
+    return list(_stage_layer_counts(n_layer, pp, vpp))
+
+
+@functools.lru_cache(maxsize=1024)  # the planner's search asks for the same splits thousands of times
+def _stage_layer_counts(n_layer: int, pp: int, vpp: int) -> tuple[int, ...]:
     from trainperf.parallel.dims import stage_layers
 
     per_stage = [len(r) for r in stage_layers(n_layer, pp * vpp)]
-    return [sum(per_stage[s] for s in range(p, pp * vpp, pp)) for p in range(pp)]
+    return tuple(sum(per_stage[s] for s in range(p, pp * vpp, pp)) for p in range(pp))
 
 
 def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) -> float:
@@ -159,9 +165,10 @@ def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) ->
 
 @dataclass(frozen=True)
 class _Stage:
-    """One pipeline rank's terms that do not depend on the global batch (bytes)."""
+    """The terms that do not depend on the global batch (bytes) of the pipeline ranks `ranks`,
+    which hold the same layers and roots and so differ only in their micro-batches in flight."""
 
-    rank: int
+    ranks: tuple[int, ...]
     params: float  # P
     trainable: float  # T
     optimizer: float  # before sharding
@@ -194,8 +201,17 @@ class ShapeMemory:
 
         fsdp, F, w = self.fsdp, self.shard, self.compute_bytes
         accum = max(1, gbs // self.dp // self.mbs)
-        best = None
+        # Of ranks with the same terms, the peak grows with the micro-batches in flight on either side
+        # of `accum` (below it: whole gradients beside every one; from it on: see below), so only the
+        # rank with the most in flight and the one with the most below `accum` can be the busiest.
+        ranked = []
         for st in self.stages:
+            flights = [(in_flight(self.schedule, self.pp, self.vpp, r, accum), -r) for r in st.ranks]
+            below = [x for x in flights if x[0] < accum]
+            for flight, r in {max(flights), *([max(below)] if below else [])}:
+                ranked.append((-r, flight, st))
+        best = None
+        for _, flight, st in sorted(ranked, key=lambda x: x[0]):
             P, T = st.params, st.trainable
             if fsdp and accum > 1 and self.pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
                 mode, acc = "pipeline", 4 * T + w * P
@@ -203,7 +219,6 @@ class ShapeMemory:
                 mode, acc = "unsharded", 4 * T
             else:
                 mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
-            flight = in_flight(self.schedule, self.pp, self.vpp, st.rank, accum)
             acts = st.acts_per_mb * flight + st.rebuilt
             if flight >= accum:
                 # no steady phase: the peak is at the first backward (nothing accumulated) or just after
@@ -263,19 +278,21 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     # a recomputed block's backward first rebuilds its forward: one layer's whole activations, once
     rebuilt = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute="none", w=w) - act_layer
     s_loc = cfg.seq_len // cp
-    stages = []
+    kinds: dict[tuple[int, bool, bool], list[int]] = {}
     for p in range(pp):
-        first, last = p == 0, p == pp - 1
+        kinds.setdefault((layers[p], p == 0, p == pp - 1), []).append(p)
+    stages = []
+    for (n_layers, first, last), ranks in kinds.items():
         root = root_params(cfg, first, last)
-        P = (layers[p] * blk + root) / tp
-        T = layers[p] * blk_lora / tp if cfg.lora_rank else P
+        P = (n_layers * blk + root) / tp
+        T = n_layers * blk_lora / tp if cfg.lora_rank else P
         opt = ADAM_BYTES * T
         if optimizer == "muon" and not cfg.lora_rank:
-            matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
+            matrices = n_layers * (blk - 2 * cfg.d_model) / tp
             opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
         stages.append(_Stage(
-            rank=p, params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * layers[p],
-            rebuilt=rebuilt if layers[p] else 0.0,
+            ranks=tuple(ranks), params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * n_layers,
+            rebuilt=rebuilt if n_layers else 0.0,
             gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
             logits=float(mbs * s_loc * cfg.vocab_size * LOSS_BYTES) if last else 0.0,
             reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
