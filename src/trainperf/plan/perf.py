@@ -89,7 +89,7 @@ class StateMemory:
     act_per_mb: float  # interleaving included
     pp: int
 
-    def at(self, microbatches: int) -> Memory:
+    def at(self, gbs: int, microbatches: int) -> Memory:
         in_flight = min(self.pp, microbatches) if self.pp > 1 else 1
         return Memory(weights=self.weights, grads=self.grads, optimizer=self.optimizer,
                       activations=self.act_per_mb * in_flight, logits=self.logits, reserve=self.reserve)
@@ -104,7 +104,7 @@ class TrainerMemory:
     reserve: float
     gpu_bytes: float  # decides where whole gradients fit between micro-batches, as the trainer does
 
-    def at_gbs(self, gbs: int) -> Memory:
+    def at(self, gbs: int, microbatches: int) -> Memory:
         return Memory.of_stack(self.shape.at(gbs, self.gpu_bytes), self.reserve)
 
 
@@ -148,9 +148,7 @@ class ShapeCost:
         return self.memory(gbs).total
 
     def memory(self, gbs: int) -> Memory:
-        if isinstance(self.mem, TrainerMemory):
-            return self.mem.at_gbs(gbs)
-        return self.mem.at(self.microbatches(gbs))
+        return self.mem.at(gbs, self.microbatches(gbs))
 
     def breakdown(self, gbs: int) -> dict:
         """Seconds per step by component; they sum to `step_s`."""

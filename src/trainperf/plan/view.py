@@ -241,8 +241,10 @@ def print_explain(e) -> None:
     m = Table(title=f"memory per GPU ({e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB)")
     m.add_column("part")
     m.add_column("GB", justify="right")
+    # under pytorch the loss's backward and a block's gradient reduction come one after the other
+    mem_labels = {"reducing": "reducing (counted only if above logits)"}
     for k, v in e.memory.as_gb().items():
-        m.add_row(k, f"{v:.2f}")
+        m.add_row(mem_labels.get(k, k), f"{v:.2f}")
     c.print(m)
     L = e.layout
     c.print(f"micro-batches per step {L.microbatches}; bubble share (p-1)/(v*m) = "
