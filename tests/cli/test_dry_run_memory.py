@@ -28,6 +28,12 @@ def test_traced_planned_and_gpu_memory_side_by_side(capsys):
     assert m["grad_accumulation"] == "reduce-scatter every micro-batch" or "unsharded" in m["grad_accumulation"]
     assert "NCCL" in m["not_counted"] and "fragmentation" in m["not_counted"]
     assert "extended to 16" in m["traced_layers"]
+    # one planned memory: the planner's section prices the stack that runs (pytorch), the same sum
+    p = d["planner"]
+    assert p["stack"] == "pytorch"
+    assert {k: p["memory_gb"][k] for k in m["planned"] if k != "total"} == {k: v for k, v in m["planned"].items()
+                                                                             if k != "total"}
+    assert abs(p["memory_gb"]["total"] - p["memory_gb"]["reserve"] - m["planned_gb"]) <= 0.011
 
 
 def test_a_default_micro_batch_with_a_128k_vocabulary_does_not_fit_and_says_what_to_change(capsys):
@@ -44,4 +50,15 @@ def test_a_default_micro_batch_with_a_128k_vocabulary_does_not_fit_and_says_what
 def test_no_trace_skips_it(capsys):
     rc, d, err = _dry(capsys, "llama31_8b", *LLAMA_1B, "--nproc", "8", "--gpu", "h100", "--no-trace")
     assert rc == 0, err
-    assert d["memory"] is None and d["planner"]["gpu"] == "h100"
+    assert d["memory"] is None and d["planner"]["gpu"] == "h100" and d["planner"]["stack"] == "pytorch"
+
+
+def test_full_recompute_under_tensor_parallelism_plans_what_it_traces(capsys):
+    # activations dominate (a 1k vocabulary): a checkpointed block keeps only its 1/tp input shard,
+    # and its backward rebuilds one layer's activations once
+    rc, d, err = _dry(capsys, "llama31_8b", *LLAMA_1B, "--set", "model.vocab_size=1024",
+                      "--set", "parallel.activation_checkpoint=full", "--nproc", "8", "--gpu", "h100",
+                      "--layout", "tp=4,dp=2,mbs=8,gbs=16")
+    assert rc == 0, err
+    m = d["memory"]
+    assert abs(m["planned_gb"] / m["traced_peak_gb"] - 1) <= 0.15, m

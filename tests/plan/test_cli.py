@@ -84,6 +84,7 @@ def test_calibrate_from_a_run_dir(capsys, tmp_path):
     d = run_json(capsys, "llama31_8b", "--gpu", "h100", "--gpus", "64", "--gbs", "32", "--calibrate", str(run))
     assert d["calibration"]["gemm_efficiency"] == pytest.approx(1e6 * 3.96e8 / 989e12, rel=1e-3)
     assert d["minutes"] != base["minutes"]
+    assert base["stack"] == "megatron" and d["stack"] == "pytorch"  # a trainperf run is the pytorch stack
     (run / "summary.json").write_text("{}")
     assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "64", "--calibrate", str(run)]) == 2
     assert "not a trainperf summary" in capsys.readouterr().err

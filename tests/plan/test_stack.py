@@ -81,3 +81,54 @@ def test_megatron_numbers_do_not_move_with_the_pytorch_fit():
     a = make_plan("gpt3_175b", "h100", 1024, calib=cal, top=1).best.minutes
     b = make_plan("gpt3_175b", "h100", 1024, calib=bare, top=1).best.minutes
     assert a == b and not math.isnan(a)
+
+
+@pytest.mark.parametrize("bench,layout,gpus", [
+    ("llama31_8b", "tp=2,pp=2,dp=2,mbs=1,gbs=32,recompute=selective,precision=bf16", 8),
+    ("llama31_8b", "tp=1,pp=1,dp=8,cp=1,mbs=1,gbs=32,recompute=none,precision=fp8", 8),
+    ("llama2_70b_lora", "tp=1,pp=1,dp=1,cp=8,mbs=1,gbs=8,recompute=none,precision=bf16", 8),
+])
+def test_pytorch_stack_memory_is_the_trainers_accounting(capsys, bench, layout, gpus):
+    """`plan --stack pytorch` prices memory with plan.stack_memory, the accounting `run --dry-run`
+    checks against traced memory, and nothing else: term by term, plus the planner's reserve."""
+    from trainperf.plan.hardware import get_gpu
+    from trainperf.plan.memory import RESERVE
+    from trainperf.plan.search import parse_layout
+    from trainperf.plan.stack_memory import stack_memory
+
+    assert main(["plan", bench, "--gpu", "h100", "--gpus", str(gpus), "--stack", "pytorch", "--layout", layout,
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    L = d["layout"]  # as asked, and the vpp the search chose
+    assert all(L[k] == v for k, v in parse_layout(layout).items() if k in L)
+    cap = get_gpu("h100").usable_bytes
+    m = stack_memory(load_benchmark(bench).model, tp=L["tp"], pp=L["pp"], vpp=L["vpp"], dp=L["dp"], cp=L["cp"],
+                     mbs=L["microbatch"], gbs=L["global_batch"], recompute=L["recompute"], gpu_bytes=cap)
+    want = {k: v for k, v in m.as_gb().items() if k != "total"}
+    got = d["memory_breakdown_gb"]
+    assert {k: got[k] for k in want} == want
+    assert got["reserve"] == round(RESERVE * cap / 1e9, 2)
+    assert d["memory_gb_per_gpu"] == round((m.total + RESERVE * cap) / 1e9, 2)
+
+
+def test_the_search_fits_by_the_trainers_accounting():
+    """The search's fit check and the estimate it reports are one memory: the plan's best layout
+    under pytorch fits by stack_memory + reserve, and its recorded total is that sum."""
+    from trainperf.plan.memory import RESERVE
+    from trainperf.plan.stack_memory import stack_memory
+
+    p = make_plan("llama31_8b", "h100", 8, stack="pytorch", top=3)
+    g = p.cluster.gpu
+    for x in p.predictions:
+        L, e = x.layout, x.estimate
+        m = stack_memory(p.bench.model, tp=L.tp, pp=L.pp, vpp=L.vpp, cp=L.cp, dp=L.dp, mbs=L.mbs, gbs=L.gbs,
+                         recompute=L.recompute, gpu_bytes=g.usable_bytes)
+        assert e.memory.total == m.total + RESERVE * g.usable_bytes <= e.capacity
+
+
+def test_emit_run_prices_the_pytorch_stack_by_default(capsys):
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "8", "--emit-run"]) == 0
+    out = capsys.readouterr().out
+    assert "# planned on the pytorch stack:" in out
+    assert main(["plan", "llama31_8b", "--gpu", "h100", "--gpus", "8", "--emit-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stack"] == "pytorch"

@@ -105,31 +105,45 @@ def resolve_vocab(r: Recipe) -> str:
     return name
 
 
-def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str) -> dict[str, Any]:
-    """The planner's memory (and time) estimate for this exact layout on `dims.world_size` x `gpu`."""
+STACK = "pytorch"  # what `trainperf run` is: the planner prices this stack for the dry run
+
+
+def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str, planned) -> dict[str, Any]:
+    """The planner's estimate for this exact layout on `dims.world_size` x `gpu` under the stack that
+    runs it: its time, and its memory, which is `planned` (`planned_memory`: the trainer's own
+    accounting, the one the traced memory is checked against) plus the planner's reserve."""
     from trainperf.plan.calibration import load_calibration
-    from trainperf.plan.hardware import cluster
+    from trainperf.plan.hardware import cluster, precision_rank
+    from trainperf.plan.memory import RESERVE, Memory
     from trainperf.plan.perf import Layout, Model
+    from trainperf.plan.stack import get_stack
     from trainperf.plan.workload import known, load_benchmark
 
     if r.benchmark.name not in set(known()) | {load_benchmark(k).mlperf for k in known()}:
         return {"skipped": f"the planner models the MLPerf benchmarks ({', '.join(known())}), not '{r.benchmark.name}'"}
     b = load_benchmark(r.benchmark.name, model=r.model, gbs=r.train.global_batch_size)
-    model = Model(b, cluster(gpu, dims.world_size), load_calibration(), b.round)
+    model = Model(b, cluster(gpu, dims.world_size), load_calibration(), b.round, stack=STACK)
+    lowest = get_stack(STACK).max_precision
+    priced = lowest if precision_rank(precision) > precision_rank(lowest) else precision
     lay = Layout(tp=dims.tp, pp=dims.pp, dp=dims.dp, cp=dims.cp, vpp=r.parallel.vpp,
                  mbs=geometry.micro, gbs=geometry.global_batch, recompute=r.parallel.activation_checkpoint,
-                 precision=precision)
-    mem = model.memory(lay)
+                 precision=priced)
     est = model.estimate(lay)
-    return {"gpu": model.gpu.key, "gpu_name": model.gpu.name, "precision": precision, "round": b.round,
-            "memory_gb": mem.as_gb(), "capacity_gb": round(model.capacity() / 1e9, 2),
-            "fits": mem.total <= model.capacity(), "minutes": round(est.minutes, 3),
-            "step_time_s": round(est.step_time_s, 4)}
+    cap = model.capacity()
+    mem = Memory.of_stack(planned, RESERVE * cap)
+    out = {"stack": STACK, "gpu": model.gpu.key, "gpu_name": model.gpu.name, "precision": priced, "round": b.round,
+           "memory_gb": mem.as_gb(), "capacity_gb": round(cap / 1e9, 2),
+           "fits": mem.total <= cap, "minutes": round(est.minutes, 3),
+           "step_time_s": round(est.step_time_s, 4), "tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 1)}
+    if priced != precision:
+        out["precision_note"] = f"the {STACK} stack trains no {precision} (lowest: {lowest}): priced at {priced}"
+    return out
 
 
-def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, precision: str = "bf16") -> dict[str, Any]:
+def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, plan, precision: str = "bf16") -> dict[str, Any]:
     """The busiest rank's memory traced from the trainer's code, the planner's price of the same
-    stack, the GPU's usable memory, and what to change when the trace does not fit."""
+    stack (`plan`, from `planned_memory`), the GPU's usable memory, and what to change when the
+    trace does not fit."""
     from trainperf.plan.hardware import get_gpu
     from trainperf.train.memtrace import trace_memory
 
@@ -137,7 +151,6 @@ def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, precision: str 
     cap = g.usable_bytes
     trace = trace_memory(r, dims.world_size, device_bytes=cap, seed=seed)
     peak = trace.peak
-    plan = planned_memory(r, dims, geometry, trace.precision, cap)
     out = {"traced_peak_gb": round(peak.peak_bytes / 1e9, 2), "planned_gb": round(plan.total / 1e9, 2),
            "gpu_gb": round(cap / 1e9, 2), "gpu": g.key, "fits": peak.peak_bytes <= cap,
            "traced_rank": peak.rank, "traced_pp_rank": peak.pp_rank, "peak_at": peak.peak_at,
@@ -158,7 +171,8 @@ def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, precision: str 
 
 
 def planned_memory(r: Recipe, dims, geometry, precision: str, cap: float, **change):
-    """`plan.stack_memory` for this run's layout (with `change`s: recompute=, mbs=, tp=, ...)."""
+    """`plan.stack_memory` for this run's layout (with `change`s: recompute=, mbs=, tp=, ...),
+    `precision` the trainer's (`train.precision`, auto resolved as on a GPU)."""
     from trainperf.plan.stack_memory import stack_memory
 
     kw = dict(tp=dims.tp, pp=dims.pp, vpp=r.parallel.vpp, cp=dims.cp, dp=dims.dp, dp_replicate=dims.dp_replicate,
@@ -217,8 +231,15 @@ def dry_run(r: Recipe, world: int, gpu: str | None, named: SubmittedLayout | Non
     gpu = gpu or (named.gpu if named else None)
     precision = (named.precision if named and named.precision else
                  "fp8" if r.train.fp8_linear else "bf16")
-    est = planner_estimate(r, dims, geometry, gpu, precision) if gpu else None
-    memory = memory_check(r, dims, geometry, gpu, seed, precision) if gpu and trace else None
+    est = memory = None
+    if gpu:
+        from trainperf.plan.hardware import get_gpu
+        from trainperf.train.memtrace import trace_recipe
+
+        # the one planned memory: the planner's section and the traced comparison both show it
+        planned = planned_memory(r, dims, geometry, trace_recipe(r).train.precision, get_gpu(gpu).usable_bytes)
+        est = planner_estimate(r, dims, geometry, gpu, precision, planned)
+        memory = memory_check(r, dims, geometry, gpu, seed, planned, precision) if trace else None
     ev = r.eval.eval_samples or r.eval.eval_documents
     keys = run_metadata(r, benchmark_hooks(r), dims, geometry, seed=seed, eval_samples=ev,
                         corpus_fingerprint="(dry run)", tokenizer=tokenizer, restarts=0)
@@ -278,22 +299,24 @@ def _print(out: dict, shares: list[RankShare]) -> None:
     else:
         g = est["memory_gb"]
         verdict = "fits" if est["fits"] else "does NOT fit"
-        print(f"memory      the planner on {out['world_size']:,} x {est['gpu']} ({est['precision']} matmuls, "
-              f"round {est['round']}): {g['total']:.1f} GB of {est['capacity_gb']:.1f} GB per GPU, {verdict}")
+        planned = g["total"] - g["reserve"]
+        print(f"memory      the planner, {est['stack']} stack, on {out['world_size']:,} x {est['gpu']} ({est['precision']} "
+              f"matmuls, round {est['round']}): planned {planned:.1f} GB + reserve {g['reserve']:.1f} GB "
+              f"= {g['total']:.1f} GB of {est['capacity_gb']:.1f} GB per GPU, {verdict}")
         print(f"            weights {g['weights']:.1f}, grads {g['grads']:.1f}, optimizer {g['optimizer']:.1f}, "
-              f"activations {g['activations']:.1f}, logits {g['logits']:.1f}, reserve {g['reserve']:.1f} GB; "
-              f"predicted {est['minutes']:.2f} min to train ({est['step_time_s']:.3f} s/step)")
+              f"accumulation {g['accumulation']:.1f}, gathered {g['gathered']:.1f}, activations "
+              f"{g['activations']:.1f}, loss {g['logits']:.1f} GB; predicted {est['minutes']:.2f} min to train "
+              f"({est['step_time_s']:.3f} s/step, {est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU)")
+        if "precision_note" in est:
+            print(f"            {est['precision_note']}")
     mem = out["memory"]
     if mem is not None:
         fit = "fits" if mem["fits"] else "does NOT fit"
         print(f"traced      {mem['traced_peak_gb']:.1f} GB peak (pp rank {mem['traced_pp_rank']}, rank "
               f"{mem['traced_rank']}, in {mem['peak_at']})  |  planned {mem['planned_gb']:.1f} GB  |  "
               f"{mem['gpu']} {mem['gpu_gb']:.1f} GB usable: {fit}")
-        p = mem["planned"]
         print(f"            one step on fake tensors, this stack ({mem['precision']}, FSDP2/DTensor): gradients "
-              f"accumulated {mem['grad_accumulation']}; planned weights {p['weights']:.1f}, grads {p['grads']:.1f}, "
-              f"optimizer {p['optimizer']:.1f}, accumulation {p['accumulation']:.1f}, gathered {p['gathered']:.1f}, "
-              f"activations {p['activations']:.1f}, loss {p['logits']:.1f} GB")
+              f"accumulated {mem['grad_accumulation']}; planned as above, without the reserve")
         print(f"            layers traced: {mem['traced_layers']}; {mem['trace_seconds']:.0f} s")
         print(f"            not counted: {mem['not_counted']}")
         if not mem["fits"]:

@@ -63,12 +63,11 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 def _stack(args) -> str:
     """--stack, else pytorch where the plan is for trainperf's trainer (a --model, --calibrate from
-    a trainperf run), else megatron (a benchmark, as MLPerf's results ran it). A benchmark's
-    --emit-run keeps megatron until `run --dry-run`'s planner check prices the pytorch stack too
-    (cli/dry_run.py), so that the command it prints passes that check."""
+    a trainperf run, --emit-run's `trainperf run` command, priced as `run --dry-run` prices it),
+    else megatron (a benchmark, as MLPerf's results ran it)."""
     if args.stack:
         return args.stack
-    ours = getattr(args, "model", None) or args.calibrate
+    ours = getattr(args, "model", None) or args.calibrate or getattr(args, "emit_run", False)
     return "pytorch" if ours else "megatron"
 
 

@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from trainperf.config import ModelConfig
+
+if TYPE_CHECKING:  # stack_memory reads this module's activation count
+    from trainperf.plan.stack_memory import StackMemory
 
 GiB = 2**30
 FROZEN_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
@@ -80,20 +85,36 @@ def korthikanti_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool =
 
 @dataclass(frozen=True)
 class Memory:
+    """One GPU's memory at its peak. Under the `pytorch` stack `stack` is the trainer's own
+    accounting (plan/stack_memory.py, which `run --dry-run` checks against traced memory): the
+    fields are its terms and the total its peak, plus the reserve."""
+
     weights: float
     grads: float
     optimizer: float
     activations: float
     logits: float
     reserve: float
+    stack: "StackMemory | None" = None
+
+    @classmethod
+    def of_stack(cls, m: "StackMemory", reserve: float) -> "Memory":
+        return cls(weights=m.weights, grads=m.grads if m.grads_at_peak else 0.0, optimizer=m.optimizer,
+                   activations=m.activations, logits=m.logits, reserve=reserve, stack=m)
 
     @property
     def total(self) -> float:
+        if self.stack is not None:
+            return self.stack.total + self.reserve
         # the state first, then what the micro-batches in flight add (the order the search sums in)
         return self.weights + self.grads + self.optimizer + self.logits + self.reserve + self.activations
 
     def as_gb(self) -> dict:
-        d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items()}
+        if self.stack is not None:
+            d = {k: v for k, v in self.stack.as_gb().items() if k != "total"}
+            d["reserve"] = round(self.reserve / 1e9, 2)
+        else:
+            d = {k: round(v / 1e9, 2) for k, v in self.__dict__.items() if k != "stack"}
         d["total"] = round(self.total / 1e9, 2)
         return d
 
@@ -118,17 +139,3 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     grads = trainable * grad_bytes
     optimizer = trainable * 12 / dp_shard
     return weights, grads, optimizer
-
-
-def fsdp_state_bytes(trainable: float, frozen: float, layer_params: float, shard: int) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes for one rank under FSDP2 (the `pytorch` stack): fp32
-    parameters, fp32 gradients and Adam's two fp32 moments all sharded over `shard` ranks (16
-    bytes per parameter / shard; a frozen base in bf16, 2 / shard), plus the bf16 working copies
-    FSDP2 unshards: this layer's and the prefetched next one's parameters, and in the backward
-    their bf16 gradients before the reduce-scatter.
-
-    THE SEAM for the `pytorch` stack's memory: plan/stack_memory.py (the trainer's own accounting,
-    checked against `run --dry-run`'s traced memory) replaces this function when it lands."""
-    working = 2 * layer_params * 2
-    return (trainable * 4 / shard + frozen * 2 / shard + working, trainable * 4 / shard + working,
-            trainable * 8 / shard)

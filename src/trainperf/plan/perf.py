@@ -19,9 +19,10 @@ from trainperf.plan import comm, interval
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.flops import ATTN_BWD_OVER_FWD, layer_gemms, attn_fwd_flops_per_token_layer, flops_per_token
 from trainperf.plan.hardware import PRECISIONS, Cluster
-from trainperf.plan.memory import RESERVE, Memory, activation_bytes_per_layer, fsdp_state_bytes, state_bytes
+from trainperf.plan.memory import RESERVE, Memory, activation_bytes_per_layer, state_bytes
 from trainperf.plan.rcp import ruleset_for, samples_to_converge
 from trainperf.plan.stack import get_stack
+from trainperf.plan.stack_memory import ShapeMemory, shape_memory
 from trainperf.plan.workload import Benchmark
 
 ELEMWISE_BW_SHARE = 0.8  # element-wise kernels reach ~80% of HBM bandwidth (streaming reads/writes)
@@ -76,6 +77,38 @@ class LayerCost:
 
 
 @dataclass(frozen=True)
+class StateMemory:
+    """The `megatron` stack's memory of one shape: the busiest rank's state (weights, gradients,
+    optimizer, logits, reserve) and its activations per micro-batch in flight under 1F1B."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    logits: float
+    reserve: float
+    act_per_mb: float  # interleaving included
+    pp: int
+
+    def at(self, gbs: int, microbatches: int) -> Memory:
+        in_flight = min(self.pp, microbatches) if self.pp > 1 else 1
+        return Memory(weights=self.weights, grads=self.grads, optimizer=self.optimizer,
+                      activations=self.act_per_mb * in_flight, logits=self.logits, reserve=self.reserve)
+
+
+@dataclass(frozen=True)
+class TrainerMemory:
+    """The `pytorch` stack's memory of one shape: trainperf's trainer's own accounting
+    (plan/stack_memory.py), plus the planner's reserve."""
+
+    shape: ShapeMemory
+    reserve: float
+    gpu_bytes: float  # decides where whole gradients fit between micro-batches, as the trainer does
+
+    def at(self, gbs: int, microbatches: int) -> Memory:
+        return Memory.of_stack(self.shape.at(gbs, self.gpu_bytes), self.reserve)
+
+
+@dataclass(frozen=True)
 class ShapeCost:
     """What one model-parallel shape (tp, pp, vpp, dp, cp, micro-batch, recompute, precision)
     costs, whatever the global batch: the search and the full estimate both read this, and the
@@ -96,12 +129,7 @@ class ShapeCost:
     dp_exposed: float  # data-parallel traffic compute does not hide, per step
     optimizer: float  # optimizer step, per step
     overhead: float  # calibrated fixed cost per step
-    weights: float  # bytes, busiest rank
-    grads: float
-    opt_state: float
-    logits: float
-    reserve: float
-    act_per_mb: float  # activation bytes per micro-batch in flight (interleaving included)
+    mem: StateMemory | TrainerMemory  # bytes, busiest rank, under the stack
     eval_s: float  # one evaluation
 
     def microbatches(self, gbs: int) -> int:
@@ -116,20 +144,11 @@ class ShapeCost:
         m = self.microbatches(gbs)
         return m * (self.t_f + self.t_b + self.p2p) + self.bubble_s() + self.dp_exposed + self.optimizer + self.overhead
 
-    def in_flight(self, gbs: int) -> int:
-        """Micro-batches whose activations the first pipeline rank holds at once under 1F1B."""
-        return min(self.pp, self.microbatches(gbs)) if self.pp > 1 else 1
-
     def memory_bytes(self, gbs: int) -> float:
-        return self.static_bytes + self.act_per_mb * self.in_flight(gbs)
-
-    @property
-    def static_bytes(self) -> float:
-        return self.weights + self.grads + self.opt_state + self.logits + self.reserve
+        return self.memory(gbs).total
 
     def memory(self, gbs: int) -> Memory:
-        return Memory(weights=self.weights, grads=self.grads, optimizer=self.opt_state,
-                      activations=self.act_per_mb * self.in_flight(gbs), logits=self.logits, reserve=self.reserve)
+        return self.mem.at(gbs, self.microbatches(gbs))
 
     def breakdown(self, gbs: int) -> dict:
         """Seconds per step by component; they sum to `step_s`."""
@@ -376,9 +395,17 @@ class Model:
     def memory(self, lay: Layout) -> Memory:
         return self.cost(lay).memory(lay.gbs)
 
+    def _trainer_memory(self, lay: Layout) -> TrainerMemory:
+        """The `pytorch` stack: the trainer's accounting of this shape (16-bit formats compute in
+        bf16 autocast there, FP8 included), the trainer's pipeline split and 1F1B schedule, AdamW."""
+        return TrainerMemory(shape_memory(self.cfg, tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, dp=lay.dp,
+                                          mbs=lay.mbs, recompute=lay.recompute, precision="bf16"),
+                             reserve=RESERVE * self.gpu.usable_bytes, gpu_bytes=self.gpu.usable_bytes)
+
     def _static_memory(self, lay: Layout) -> tuple[float, float, float, float]:
-        """(weights, grads, optimizer, logits) bytes on the busiest rank: pipeline stage with the
-        most layers plus the embedding or the output layer (both when pp = 1 and they are untied)."""
+        """The `megatron` stack's (weights, grads, optimizer, logits) bytes on the busiest rank:
+        pipeline stage with the most layers plus the embedding or the output layer (both when
+        pp = 1 and they are untied)."""
         c = self.cfg
         L = self.stage_layers(lay)
         p = self._params
@@ -386,15 +413,8 @@ class Model:
         base = L * p["layer"] / lay.tp + emb
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
-        if self.stack.fully_sharded:
-            # SEAM (pytorch stack memory): plan/stack_memory.py, the trainer's own accounting that
-            # `run --dry-run` checks against traced memory, replaces fsdp_state_bytes here (and,
-            # with it, the activation count ShapeCost.act_per_mb reads) when it lands
-            layer = p["lora_layer"] if self.b.lora else p["layer"] / lay.tp
-            w, gr, opt = fsdp_state_bytes(trainable, frozen, layer, lay.dp * lay.cp)
-        else:
-            w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
-                                     fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
+        w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
+                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
         logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
         return w, gr, opt, logits
 
@@ -449,15 +469,18 @@ class Model:
             dp_exposed = max(0.0, ag - t_f) + max(0.0, ag + rs - t_b)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
-        w, gr, os_, logits = self._static_memory(lay)
-        # interleaving keeps (1 + (p-1)/(p·v)) micro-batches' worth of the rank's layers in flight
-        interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
         S = self.stage_layers(lay)
+        if self.stack.fully_sharded:
+            mem = self._trainer_memory(lay)
+        else:
+            w, gr, os_, logits = self._static_memory(lay)
+            # interleaving keeps (1 + (p-1)/(p·v)) micro-batches' worth of the rank's layers in flight
+            interleave = 1 + (lay.pp - 1) / (lay.pp * lay.vpp) if lay.vpp > 1 else 1.0
+            mem = StateMemory(w, gr, os_, logits, RESERVE * g.usable_bytes, S * ly.act_bytes * interleave, lay.pp)
         out = ShapeCost(
             pp=lay.pp, vpp=lay.vpp, dp=lay.dp, mbs=lay.mbs, layer=ly, layers=L, stage_layers=S,
             head_f=hf, head_b=hb, t_f=t_f, t_b=t_b, p2p=p2p, dp_exposed=dp_exposed, optimizer=opt,
-            overhead=self.cal.step_overhead_s, weights=w, grads=gr, opt_state=os_, logits=logits,
-            reserve=RESERVE * g.usable_bytes, act_per_mb=S * ly.act_bytes * interleave,
+            overhead=self.cal.step_overhead_s, mem=mem,
             eval_s=eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly.fwd + hf, self.b.eval_overhead_s))
         self._cost_cache[key] = out
         return out

@@ -33,7 +33,11 @@ parameter (2 under bf16 mixed precision, else 4):
                projection's input (the whole s·b·h a column-parallel projection gathers, 1/tp of a
                row-parallel one's), and context parallelism's all-gather attention keeps SDPA's
                causal mask over the global positions, (s/cp)·s·w bytes (PyTorch's ring, which
-               CUDA with NCCL runs where a fused kernel takes the shape, has none)
+               CUDA with NCCL runs where a fused kernel takes the shape, has none). Under full
+               recompute a block keeps only its input, the 1/tp sequence shard it gets, none of
+               these; under either recompute a block's backward first rebuilds what it dropped,
+               one layer's worth, once (traced: tp 4 with full recompute, planned/traced 1.92
+               before this term was counted so, 1.03 after)
   reducing     a block's whole gradients while its backward runs under FSDP2: in the compute dtype
                and their fp32 copy that the reduce-scatter takes (reduce_dtype fp32; none in fp32),
                and the flat all-gather buffer of the block prefetched for the next backward before
@@ -60,6 +64,7 @@ planner's `reserve`, beside this), and FP8 (torchao's Float8Linear keeps bf16 we
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from trainperf.config import ModelConfig
@@ -131,10 +136,15 @@ def root_params(cfg: ModelConfig, first: bool, last: bool) -> int:
 def stage_layer_counts(n_layer: int, pp: int, vpp: int) -> list[int]:
     """Layers on each pipeline rank (rank p holds virtual stages p, p + pp, ...), as the trainer's
     `parallel.dims.stage_layers` splits them."""
+    return list(_stage_layer_counts(n_layer, pp, vpp))
+
+
+@functools.lru_cache(maxsize=1024)  # the planner's search asks for the same splits thousands of times
+def _stage_layer_counts(n_layer: int, pp: int, vpp: int) -> tuple[int, ...]:
     from trainperf.parallel.dims import stage_layers
 
     per_stage = [len(r) for r in stage_layers(n_layer, pp * vpp)]
-    return [sum(per_stage[s] for s in range(p, pp * vpp, pp)) for p in range(pp)]
+    return tuple(sum(per_stage[s] for s in range(p, pp * vpp, pp)) for p in range(pp))
 
 
 def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) -> float:
@@ -153,6 +163,142 @@ def in_flight(schedule: str, pp: int, vpp: int, rank: int, microbatches: int) ->
     return min(warmup + 1, microbatches * vpp) / vpp
 
 
+@dataclass(frozen=True)
+class _Stage:
+    """The terms that do not depend on the global batch (bytes) of the pipeline ranks `ranks`,
+    which hold the same layers and roots and so differ only in their micro-batches in flight."""
+
+    ranks: tuple[int, ...]
+    params: float  # P
+    trainable: float  # T
+    optimizer: float  # before sharding
+    acts_per_mb: float  # one micro-batch's activations on the rank's layers
+    rebuilt: float  # what recompute rebuilds of one layer for its backward
+    gathered: float
+    logits: float
+    reducing: float
+
+
+@dataclass(frozen=True)
+class ShapeMemory:
+    """The memory of one model-parallel shape (tp, pp, vpp, cp, dp, micro-batch, recompute, ...)
+    whatever the global batch, stage by stage; `at(gbs)` is the busiest rank's peak for a batch.
+    The planner's search prices every global batch of a shape from one of these."""
+
+    stages: tuple[_Stage, ...]
+    fsdp: bool
+    shard: int  # F
+    compute_bytes: int  # w
+    dp: int
+    mbs: int
+    pp: int
+    vpp: int
+    schedule: str
+
+    def at(self, gbs: int, gpu_bytes: float | None = None) -> StackMemory:
+        """The busiest rank's memory at `gbs` sequences per step (see the module for each term)."""
+        from trainperf.parallel.dims import unsharded_grads_fit
+
+        fsdp, F, w = self.fsdp, self.shard, self.compute_bytes
+        accum = max(1, gbs // self.dp // self.mbs)
+        # Of ranks with the same terms, the peak grows with the micro-batches in flight on either side
+        # of `accum` (below it: whole gradients beside every one; from it on: see below), so only the
+        # rank with the most in flight and the one with the most below `accum` can be the busiest.
+        ranked = []
+        for st in self.stages:
+            flights = [(in_flight(self.schedule, self.pp, self.vpp, r, accum), -r) for r in st.ranks]
+            below = [x for x in flights if x[0] < accum]
+            for flight, r in {max(flights), *([max(below)] if below else [])}:
+                ranked.append((-r, flight, st))
+        best = None
+        for _, flight, st in sorted(ranked, key=lambda x: x[0]):
+            P, T = st.params, st.trainable
+            if fsdp and accum > 1 and self.pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
+                mode, acc = "pipeline", 4 * T + w * P
+            elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
+                mode, acc = "unsharded", 4 * T
+            else:
+                mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
+            acts = st.acts_per_mb * flight + st.rebuilt
+            if flight >= accum:
+                # no steady phase: the peak is at the first backward (nothing accumulated) or just after
+                # it, one micro-batch's activations freed and the whole gradients (parameters) made
+                if acc > st.acts_per_mb:
+                    acts -= st.acts_per_mb
+                else:
+                    acc = 0.0
+            # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
+            gathered = 0.0 if mode == "pipeline" and acc else st.gathered
+            m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=st.optimizer / F, accumulation=acc,
+                            gathered=gathered, activations=acts, logits=st.logits, accumulation_mode=mode,
+                            reducing=st.reducing, grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
+            if best is None or m.total > best.total:
+                best = m
+        return best
+
+
+def layer_activations(cfg: ModelConfig, *, tp: int, cp: int, mbs: int, recompute: str, w: int) -> float:
+    """Bytes one block keeps for its backward per micro-batch in the trainer (see `activations` in
+    the module); under full recompute only its input, the 1/tp sequence shard the block gets."""
+    s_loc = cfg.seq_len // cp
+    frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
+    act = activation_bytes_per_layer(cfg, s_loc, mbs, tp=tp, sp=True, recompute=recompute,
+                                     flash=True, dropout=False, frozen_mlp=frozen_mlp)
+    if recompute == "full":
+        return act * (w // 2)
+    if cfg.gated and recompute == "none":
+        act += 2 * s_loc * mbs * cfg.ff_dim / tp
+    if tp > 1:
+        gemm_in = (1 if frozen_mlp else 2) * 2 * s_loc * mbs * cfg.d_model
+        act += gemm_in * (1 - 1 / tp)
+    act *= w // 2
+    if cfg.lora_rank and cfg.lora_dropout > 0:
+        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
+        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
+        act += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
+    if cp > 1:
+        act += s_loc * cfg.seq_len * w
+    return act
+
+
+def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
+                 dp_replicate: int = 1, mbs: int = 1, schedule: str = "1f1b", recompute: str = "none",
+                 precision: str = "bf16", optimizer: str = "adamw") -> ShapeMemory:
+    """The terms of this layout that do not depend on the global batch, per pipeline rank, `dp`
+    counting every data-parallel rank (dp_shard = dp / dp_replicate)."""
+    from trainperf.parallel.dims import fsdp_applies
+
+    dp_shard = dp // dp_replicate
+    fsdp = fsdp_applies(dp_replicate, dp_shard, tp, pp, cp)
+    F = dp_shard * cp if fsdp else 1
+    w = 2 if precision == "bf16" else 4  # fp8 matmuls run inside bf16 autocast, on bf16 weights
+    blk, blk_lora = block_params(cfg)
+    layers = stage_layer_counts(cfg.n_layer, pp, vpp)
+    act_layer = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute=recompute, w=w)
+    # a recomputed block's backward first rebuilds its forward: one layer's whole activations, once
+    rebuilt = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute="none", w=w) - act_layer
+    s_loc = cfg.seq_len // cp
+    kinds: dict[tuple[int, bool, bool], list[int]] = {}
+    for p in range(pp):
+        kinds.setdefault((layers[p], p == 0, p == pp - 1), []).append(p)
+    stages = []
+    for (n_layers, first, last), ranks in kinds.items():
+        root = root_params(cfg, first, last)
+        P = (n_layers * blk + root) / tp
+        T = n_layers * blk_lora / tp if cfg.lora_rank else P
+        opt = ADAM_BYTES * T
+        if optimizer == "muon" and not cfg.lora_rank:
+            matrices = n_layers * (blk - 2 * cfg.d_model) / tp
+            opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
+        stages.append(_Stage(
+            ranks=tuple(ranks), params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * n_layers,
+            rebuilt=rebuilt if n_layers else 0.0,
+            gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
+            logits=float(mbs * s_loc * cfg.vocab_size * LOSS_BYTES) if last else 0.0,
+            reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
+    return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
+
+
 def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
                  dp_replicate: int = 1, mbs: int = 1, gbs: int = 1, schedule: str = "1f1b",
                  recompute: str = "none", precision: str = "bf16", optimizer: str = "adamw",
@@ -160,65 +306,6 @@ def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     """The busiest rank's memory (bytes, by term: see the module) for this layout, `dp` counting every
     data-parallel rank (dp_shard = dp / dp_replicate), `gbs` sequences per step; `gpu_bytes` decides
     whether whole gradients fit between micro-batches (None: they do)."""
-    from trainperf.parallel.dims import fsdp_applies, unsharded_grads_fit
-
-    dp_shard = dp // dp_replicate
-    fsdp = fsdp_applies(dp_replicate, dp_shard, tp, pp, cp)
-    F = dp_shard * cp if fsdp else 1
-    accum = max(1, gbs // dp // mbs)
-    w = 2 if precision == "bf16" else 4  # fp8 matmuls run inside bf16 autocast, on bf16 weights
-    blk, blk_lora = block_params(cfg)
-    layers = stage_layer_counts(cfg.n_layer, pp, vpp)
-    frozen_mlp = cfg.lora_rank > 0 and not {"w1", "w2", "w3"} & set(cfg.lora_targets)
-    act_layer = activation_bytes_per_layer(cfg, cfg.seq_len // cp, mbs, tp=tp, sp=True, recompute=recompute,
-                                           flash=True, dropout=False, frozen_mlp=frozen_mlp)
-    if cfg.gated and recompute == "none":
-        act_layer += 2 * (cfg.seq_len // cp) * mbs * cfg.ff_dim / tp
-    if tp > 1:
-        gemm_in = (1 if frozen_mlp else 2) * 2 * (cfg.seq_len // cp) * mbs * cfg.d_model
-        act_layer += gemm_in * (1 - 1 / tp)
-    act_layer *= w // 2
-    s_loc = cfg.seq_len // cp
-    if cfg.lora_rank and cfg.lora_dropout > 0:
-        h, q, f = cfg.d_model, cfg.n_head * cfg.head_dim, cfg.ff_dim
-        inputs = {"wq": h, "wk": h, "wv": h, "w1": h, "w3": h, "wo": q / tp, "w2": f / tp}
-        act_layer += 3 * s_loc * mbs * sum(inputs[t] for t in cfg.lora_targets if t in inputs)
-    if cp > 1 and recompute != "full":
-        act_layer += s_loc * cfg.seq_len * w
-    best = None
-    for p in range(pp):
-        first, last = p == 0, p == pp - 1
-        root = root_params(cfg, first, last)
-        P = (layers[p] * blk + root) / tp
-        T = layers[p] * blk_lora / tp if cfg.lora_rank else P
-        opt = ADAM_BYTES * T
-        if optimizer == "muon" and not cfg.lora_rank:
-            matrices = layers[p] * (blk - 2 * cfg.d_model) / tp
-            opt = ADAM_BYTES * (T - matrices) + MUON_BYTES * matrices
-        if fsdp and accum > 1 and pp > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T + 2 * P, gpu_bytes)):
-            mode, acc = "pipeline", 4 * T + w * P
-        elif fsdp and accum > 1 and (gpu_bytes is None or unsharded_grads_fit(4 * T, gpu_bytes)):
-            mode, acc = "unsharded", 4 * T
-        else:
-            mode, acc = ("reduce-scatter" if fsdp and accum > 1 else "local"), 0.0
-        flight = in_flight(schedule, pp, vpp, p, accum)
-        acts = act_layer * layers[p] * flight
-        if flight >= accum:
-            # no steady phase: the peak is at the first backward (nothing accumulated) or just after
-            # it, one micro-batch's activations freed and the whole gradients (parameters) made
-            per_mb = act_layer * layers[p]
-            if acc > per_mb:
-                acts -= per_mb
-            else:
-                acc = 0.0
-        # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
-        gathered = w * (2 * blk + root) / tp if F > 1 and not (mode == "pipeline" and acc) else 0.0
-        seq = cfg.seq_len // cp
-        logits = float(mbs * seq * cfg.vocab_size * LOSS_BYTES) if last else 0.0
-        m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=opt / F, accumulation=acc, gathered=gathered,
-                        activations=acts, logits=logits, accumulation_mode=mode,
-                        reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0,
-                        grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
-        if best is None or m.total > best.total:
-            best = m
-    return best
+    return shape_memory(cfg, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, dp_replicate=dp_replicate, mbs=mbs,
+                        schedule=schedule, recompute=recompute, precision=precision,
+                        optimizer=optimizer).at(gbs, gpu_bytes)

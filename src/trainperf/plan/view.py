@@ -21,7 +21,9 @@ def run_command(plan) -> str:
 
     L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.recipe
     spec = spec_of(L)
-    notes = []
+    e = plan.best.estimate
+    notes = [f"# planned on the {plan.stack} stack: {plan.best.minutes:.1f} min, {e.tokens_per_s_per_gpu:,.0f} "
+             f"tokens/s per GPU, {e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB per GPU"]
     # the trainer has bf16 and FP8 linear layers (train.fp8_linear, with or without tensor parallelism)
     if L.precision not in ("bf16", "fp8"):
         del spec["precision"]
@@ -239,8 +241,10 @@ def print_explain(e) -> None:
     m = Table(title=f"memory per GPU ({e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB)")
     m.add_column("part")
     m.add_column("GB", justify="right")
+    # under pytorch the loss's backward and a block's gradient reduction come one after the other
+    mem_labels = {"reducing": "reducing (counted only if above logits)"}
     for k, v in e.memory.as_gb().items():
-        m.add_row(k, f"{v:.2f}")
+        m.add_row(mem_labels.get(k, k), f"{v:.2f}")
     c.print(m)
     L = e.layout
     c.print(f"micro-batches per step {L.microbatches}; bubble share (p-1)/(v*m) = "
