@@ -147,3 +147,33 @@ def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeyp
     assert choose_precision(r.model, 2, 16, torch.device("cpu"), share=lambda code: 1).precision == "bf16"
     monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "AMX")
     assert choose_precision(r.model, 2, 16, torch.device("cpu")).precision == "bf16" and probed == [1]
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, atol):
+    """Square, wide and tall matrices (the tall ones transposed into the wide stack) get the update
+    each would get alone, back in their own shape; the Muon step over all of them equals one
+    optimizer per matrix."""
+    from trainperf.train.muon import newton_schulz, orthogonalize
+
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(8, 8), (8, 20), (20, 8), (8, 8), (20, 8), (5, 7)]
+    ups = [torch.randn(s, generator=gen) for s in shapes]
+    coef = (3.4445, -4.7750, 2.0315)
+    got = orthogonalize(ups, coef, 3, 1e-7, dtype)
+    for u, o in zip(ups, got):
+        assert o.shape == u.shape
+        torch.testing.assert_close(o.float(), newton_schulz(u, coef, 3, 1e-7, dtype).float(), rtol=0, atol=atol)
+    kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw", ns_steps=3)
+    together = [torch.nn.Parameter(u.clone()) for u in ups]
+    alone = [torch.nn.Parameter(u.clone()) for u in ups]
+    opt, opts = Muon(together, ns_dtype=dtype, **kw), [Muon([p], ns_dtype=dtype, **kw) for p in alone]
+    for _ in range(2):
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for p, q, g in zip(together, alone, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        opt.step()
+        for o in opts:
+            o.step()
+    for p, q in zip(together, alone):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=atol)
