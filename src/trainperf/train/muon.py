@@ -32,6 +32,9 @@ except ImportError:  # a private name: should a release move it, the rule as tor
         return lr * math.sqrt(max(1, A / B)) if adjust_lr_fn in (None, "original") else lr
 
 
+STACKED_DTYPES = (torch.bfloat16,)  # the formats whose batched matmul beat one call per matrix (below)
+
+
 def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
                   dtype: torch.dtype) -> torch.Tensor:
     """The quintic Newton-Schulz iteration towards the orthogonal factor of `g` (one matrix, or a
@@ -52,15 +55,18 @@ def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], ste
 
 def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float, float], steps: int, eps: float,
                   dtype: torch.dtype) -> list[torch.Tensor]:
-    """`newton_schulz` of each update, the updates of one wide shape stacked into one batched call:
-    the `tiny` model's 28 matrices have two, and 28 small matmuls per product cost more than two
-    batched ones on a 2-core CPU (docs/benchmarks.md). A lone matrix takes torch's 2-D operations."""
+    """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
+    batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
+    (AVX512-BF16), 2 threads, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms one by
+    one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines' format)
+    keeps one call per matrix (docs/benchmarks.md). A lone matrix takes torch's 2-D operations."""
     wide = [tuple(sorted(u.shape)) for u in updates]
     out: list[torch.Tensor | None] = [None] * len(updates)
     for shape in dict.fromkeys(wide):
         idx = [i for i, w in enumerate(wide) if w == shape]
-        if len(idx) == 1:
-            out[idx[0]] = newton_schulz(updates[idx[0]], coefficients, steps, eps, dtype)
+        if len(idx) == 1 or dtype not in STACKED_DTYPES:
+            for i in idx:
+                out[i] = newton_schulz(updates[i], coefficients, steps, eps, dtype)
             continue
         # the tall ones enter transposed, so the stack is all wide and comes back in each one's shape
         stack = torch.stack([updates[i].to(dtype).mT if updates[i].size(0) > updates[i].size(1)
