@@ -133,6 +133,20 @@ def test_probe_times_the_model_in_both_formats_and_ranks_agree():
     assert main_says_bf16.precision == "bf16"
 
 
+def test_probe_takes_turns_so_load_arriving_midway_weighs_on_both_formats():
+    """Another process starts halfway through the probe (each tick 10x longer from the 6th clock
+    reading on): the formats take turns, so each has one step before it and the best-of times
+    stay equal. Probing one format after the other gave every bf16 step to the loaded half."""
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16"])
+    calls = iter(range(1000))
+
+    def clock() -> float:
+        n = next(calls)
+        return float(n if n <= 5 else 5 + 10 * (n - 5))
+    seconds, _ = probe(r.model, 2, 16, torch.device("cpu"), clock=clock)
+    assert seconds == {"fp32": 1.0, "bf16": 1.0}
+
+
 def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeypatch):
     from trainperf.train import precision
 

@@ -57,9 +57,10 @@ def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float,
                   dtype: torch.dtype) -> list[torch.Tensor]:
     """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
     batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
-    (AVX512-BF16), 2 threads, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms one by
-    one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines' format)
-    keeps one call per matrix (docs/benchmarks.md). A lone matrix takes torch's 2-D operations."""
+    (AVX512-BF16), 2 threads, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against
+    40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2
+    machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix takes torch's
+    2-D operations."""
     wide = [tuple(sorted(u.shape)) for u in updates]
     out: list[torch.Tensor | None] = [None] * len(updates)
     for shape in dict.fromkeys(wide):
