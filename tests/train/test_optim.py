@@ -174,7 +174,7 @@ def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, at
     shapes = [(8, 8), (8, 20), (20, 8), (8, 8), (20, 8), (5, 7)]
     ups = [torch.randn(s, generator=gen) for s in shapes]
     coef = (3.4445, -4.7750, 2.0315)
-    got = orthogonalize(ups, coef, 3, 1e-7, dtype)
+    got = orthogonalize(ups, coef, 3, 1e-7, dtype, stack=True)
     for u, o in zip(ups, got):
         assert o.shape == u.shape
         torch.testing.assert_close(o.float(), newton_schulz(u, coef, 3, 1e-7, dtype).float(), rtol=0, atol=atol)

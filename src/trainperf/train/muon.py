@@ -54,25 +54,25 @@ def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], ste
 
 
 def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float, float], steps: int, eps: float,
-                  dtype: torch.dtype) -> list[torch.Tensor]:
+                  dtype: torch.dtype, stack: bool | None = None) -> list[torch.Tensor]:
     """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
     batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
     (AVX512-BF16), 2 threads, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against
     40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2
     machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix takes torch's
-    2-D operations."""
+    2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both)."""
     wide = [tuple(sorted(u.shape)) for u in updates]
     out: list[torch.Tensor | None] = [None] * len(updates)
     for shape in dict.fromkeys(wide):
         idx = [i for i, w in enumerate(wide) if w == shape]
-        if len(idx) == 1 or dtype not in STACKED_DTYPES:
+        if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
             for i in idx:
                 out[i] = newton_schulz(updates[i], coefficients, steps, eps, dtype)
             continue
         # the tall ones enter transposed, so the stack is all wide and comes back in each one's shape
-        stack = torch.stack([updates[i].to(dtype).mT if updates[i].size(0) > updates[i].size(1)
+        batch = torch.stack([updates[i].to(dtype).mT if updates[i].size(0) > updates[i].size(1)
                              else updates[i].to(dtype) for i in idx])
-        ortho = newton_schulz(stack, coefficients, steps, eps, dtype)
+        ortho = newton_schulz(batch, coefficients, steps, eps, dtype)
         for k, i in enumerate(idx):
             out[i] = ortho[k].mT if updates[i].size(0) > updates[i].size(1) else ortho[k]
     return out  # type: ignore[return-value]
