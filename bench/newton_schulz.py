@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                 fn(dt)
                 best[name] = min(best[name], time.perf_counter() - t0)
         line = "  ".join(f"{k} {1e3 * v:.1f} ms" for k, v in best.items())
-        print(f"{str(dt).removeprefix('torch.'):<9} {line}  stacked/one-by-one {best['stacked'] / best['one by one']:.2f}")
+        ratio = best["stacked"] / best["one by one"]
+        print(f"{str(dt).removeprefix('torch.'):<9} {line}  stacked/one-by-one {ratio:.2f}")
     return 0
 
 

@@ -10,8 +10,9 @@ the step is restated, for two reasons measured or forced here:
   shard; the update is computed on the gathered matrix (every rank the same) and each rank keeps its
   shard of it, so any layout takes the one-process step.
 - Speed at a small batch, where the step is a fixed cost beside a short forward and backward: the
-  momentum updates are one foreach call each, and matrices of one shape (a transposed tall one
-  counts as its wide shape) go through Newton-Schulz as one stack, one batched matmul per product.
+  momentum updates are one foreach call each, and in bf16 the matrices of one shape (a transposed
+  tall one counts as its wide shape) go through Newton-Schulz as one stack, one batched matmul per
+  product (`orthogonalize`).
 With `ns_dtype=torch.bfloat16` the step is torch's, operation for operation (tests/train/test_optim.py).
 """
 
@@ -57,10 +58,10 @@ def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float,
                   dtype: torch.dtype, stack: bool | None = None) -> list[torch.Tensor]:
     """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
     batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
-    (AVX512-BF16), 2 threads, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against
-    40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2
-    machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix takes torch's
-    2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both)."""
+    (AVX512-BF16), 2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms
+    stacked against 40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so
+    fp32 (the AVX2 machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix
+    takes torch's 2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both)."""
     wide = [tuple(sorted(u.shape)) for u in updates]
     out: list[torch.Tensor | None] = [None] * len(updates)
     for shape in dict.fromkeys(wide):
