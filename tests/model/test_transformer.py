@@ -51,3 +51,26 @@ def test_rope_scores_depend_only_on_relative_position():
         return float(qi @ kj)
     assert abs(score(5, 2) - score(20, 17)) < 1e-4
     assert abs(score(5, 2) - score(5, 3)) > 1e-3
+
+
+def test_rms_norm_runs_fused_under_bf16_autocast_without_warnings():
+    """The query/key norms see bf16 activations under autocast; their fp32 weight is cast to the
+    input's format, so torch takes its fused kernel instead of warning and falling back (every run
+    printed "Cannot dispatch to fused implementation"), and the gradient still reaches the fp32 weight."""
+    import warnings
+
+    cfg = ModelConfig(family="llama", n_layer=1, d_model=32, n_head=2, seq_len=8, vocab_size=50, qk_norm=True)
+    torch.manual_seed(0)
+    m = Transformer(cfg)
+    x = torch.randint(0, 50, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(x, x).mean()
+        loss.backward()
+    q_norm = m.layers["0"].attn.q_norm.weight
+    assert q_norm.dtype == torch.float32 and q_norm.grad is not None and q_norm.grad.dtype == torch.float32
+    h = torch.randn(3, 32).bfloat16()
+    norm = m.layers["0"].attn_norm
+    ref = (h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + norm.eps)).bfloat16()
+    torch.testing.assert_close(norm(h), ref, rtol=1e-2, atol=1e-2)

@@ -111,3 +111,24 @@ def test_interval_throughput_is_timed_after_the_sync(small_recipe, tmp_path, mon
     tokens = 2 * r.train.global_batch_size * r.model.seq_len
     for row in rows:
         assert tokens / row["tokens_per_s"] >= wait
+
+
+def test_eval_windows_pad_to_full_batches_of_unscored_rows():
+    """The last evaluation batch is filled with unscored rows, so every evaluation forward has one
+    shape (compile makes no second, dynamic graph) and the loss sum is the same as without them."""
+    import torch
+
+    from trainperf.config import ModelConfig
+    from trainperf.model.transformer import Transformer
+    from trainperf.train.trainer import pad_windows
+
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(family="llama", n_layer=1, d_model=16, n_head=2, seq_len=8, vocab_size=30))
+    x = torch.randint(0, 30, (5, 6))
+    y = torch.randint(0, 30, (5, 6))
+    px, py = pad_windows(x, y, seq_len=8, rows=4)
+    assert px.shape == py.shape == (8, 8)
+    assert (py[5:] == -100).all() and (py[:, 6:] == -100).all() and torch.equal(px[:5, :6], x)
+    with torch.no_grad():
+        torch.testing.assert_close(m(px, py).sum(), m(x, y).sum())
+    assert pad_windows(x, y, seq_len=6, rows=5)[0].shape == (5, 6)  # already whole: unchanged

@@ -133,6 +133,20 @@ def test_probe_times_the_model_in_both_formats_and_ranks_agree():
     assert main_says_bf16.precision == "bf16"
 
 
+def test_probe_takes_turns_so_load_arriving_midway_weighs_on_both_formats():
+    """Another process starts halfway through the probe (each tick 10x longer from the 6th clock
+    reading on): the formats take turns, so each has one step before it and the best-of times
+    stay equal. Probing one format after the other gave every bf16 step to the loaded half."""
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16"])
+    calls = iter(range(1000))
+
+    def clock() -> float:
+        n = next(calls)
+        return float(n if n <= 5 else 5 + 10 * (n - 5))
+    seconds, _ = probe(r.model, 2, 16, torch.device("cpu"), clock=clock)
+    assert seconds == {"fp32": 1.0, "bf16": 1.0}
+
+
 def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeypatch):
     from trainperf.train import precision
 
@@ -147,3 +161,33 @@ def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeyp
     assert choose_precision(r.model, 2, 16, torch.device("cpu"), share=lambda code: 1).precision == "bf16"
     monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "AMX")
     assert choose_precision(r.model, 2, 16, torch.device("cpu")).precision == "bf16" and probed == [1]
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, atol):
+    """Square, wide and tall matrices (the tall ones transposed into the wide stack) get the update
+    each would get alone, back in their own shape; the Muon step over all of them equals one
+    optimizer per matrix."""
+    from trainperf.train.muon import newton_schulz, orthogonalize
+
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(8, 8), (8, 20), (20, 8), (8, 8), (20, 8), (5, 7)]
+    ups = [torch.randn(s, generator=gen) for s in shapes]
+    coef = (3.4445, -4.7750, 2.0315)
+    got = orthogonalize(ups, coef, 3, 1e-7, dtype, stack=True)
+    for u, o in zip(ups, got):
+        assert o.shape == u.shape
+        torch.testing.assert_close(o.float(), newton_schulz(u, coef, 3, 1e-7, dtype).float(), rtol=0, atol=atol)
+    kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw", ns_steps=3)
+    together = [torch.nn.Parameter(u.clone()) for u in ups]
+    alone = [torch.nn.Parameter(u.clone()) for u in ups]
+    opt, opts = Muon(together, ns_dtype=dtype, **kw), [Muon([p], ns_dtype=dtype, **kw) for p in alone]
+    for _ in range(2):
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for p, q, g in zip(together, alone, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        opt.step()
+        for o in opts:
+            o.step()
+    for p, q in zip(together, alone):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=atol)

@@ -82,7 +82,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        # the weight in the input's format: under bf16 autocast the query/key norms see bf16, and a
+        # mixed pair falls back from the fused kernel to a composite one (with a warning every run)
+        return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:

@@ -69,21 +69,20 @@ def probe(cfg: ModelConfig, batch: int, seq: int, device: torch.device, steps: i
     model = Transformer(cfg).to(device)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=gen).to(device)
-    seconds, loss = {}, {}
-    for fmt in FORMATS:
-        ctx = torch.autocast(device.type, dtype=torch.bfloat16, enabled=fmt == "bf16")
-        best = float("inf")
-        for i in range(steps + 1):
+    seconds, loss = {f: float("inf") for f in FORMATS}, {}
+    # the formats take turns, so a load that comes or goes while probing (other processes on a
+    # shared CPU) weighs on both alike rather than on whichever ran second
+    for i in range(steps + 1):
+        for fmt in FORMATS:
             t0 = clock()
-            with ctx:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=fmt == "bf16"):
                 step_loss = model(x, x).mean()
             step_loss.backward()
             model.zero_grad(set_to_none=True)
             if i == 0:
                 loss[fmt] = float(step_loss.detach())
             else:
-                best = min(best, clock() - t0)
-        seconds[fmt] = best
+                seconds[fmt] = min(seconds[fmt], clock() - t0)
     return seconds, loss
 
 

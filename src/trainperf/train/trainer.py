@@ -173,14 +173,15 @@ def resolve_precision(r: Recipe, env: DistEnv, ckpt: Checkpointer, batch: int, s
     return choice
 
 
-def pad_windows(x: torch.Tensor, y: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A short evaluation window padded to `seq_len` with unscored targets. Causal attention keeps the
-    real positions' losses as they were; every evaluation forward has one shape, which sequence
-    parallelism needs (the sequence splits evenly over the tensor-parallel ranks) and compile likes."""
-    pad = seq_len - x.shape[1]
-    if pad <= 0:
-        return x, y
-    return (torch.nn.functional.pad(x, (0, pad), value=0), torch.nn.functional.pad(y, (0, pad), value=IGNORE))
+def pad_windows(x: torch.Tensor, y: torch.Tensor, seq_len: int, rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evaluation windows padded to `seq_len` and their count to a multiple of `rows` (the batch
+    times the data-parallel ranks) with unscored targets. Causal attention keeps the real positions'
+    losses as they were; every evaluation forward has one shape, which sequence parallelism needs
+    (the sequence splits evenly over the tensor-parallel ranks) and compile likes: a short last
+    batch would compile a second, dynamic-shape graph (seconds of start-up, more with a cold cache)."""
+    pad, extra = max(0, seq_len - x.shape[1]), -x.shape[0] % rows
+    return (torch.nn.functional.pad(x, (0, pad, 0, extra), value=0),
+            torch.nn.functional.pad(y, (0, pad, 0, extra), value=IGNORE))
 
 
 class Trainer:
@@ -282,7 +283,7 @@ class Trainer:
         batch, dp_rank, dp = self.geometry.micro, self.dims.dp_rank, self.dims.dp
         loss_sum = torch.zeros(1, dtype=torch.float64)
         for inputs, targets in zip(ev.inputs, ev.targets):
-            inputs, targets = pad_windows(inputs, targets, self.r.model.seq_len)
+            inputs, targets = pad_windows(inputs, targets, self.r.model.seq_len, batch * dp)
             inputs, targets = shard_sequence(inputs, self.dims), shard_sequence(targets, self.dims)
             # every rank runs the same number of forwards (sharded models gather weights collectively
             # in each one); a rank past the end repeats the first batch and scores nothing
