@@ -19,13 +19,10 @@ with it, the norm outputs and the activation-function output.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trainperf.config import ModelConfig
 
-if TYPE_CHECKING:  # stack_memory reads this module's activation count
-    from trainperf.plan.stack_memory import StackMemory
 
 GiB = 2**30
 FROZEN_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
@@ -95,10 +92,10 @@ class Memory:
     activations: float
     logits: float
     reserve: float
-    stack: "StackMemory | None" = None
+    stack: Any = None  # a plan.stack_memory.StackMemory (not imported: stack_memory imports this module)
 
     @classmethod
-    def of_stack(cls, m: "StackMemory", reserve: float) -> "Memory":
+    def of_stack(cls, m: Any, reserve: float) -> "Memory":
         return cls(weights=m.weights, grads=m.grads if m.grads_at_peak else 0.0, optimizer=m.optimizer,
                    activations=m.activations, logits=m.logits, reserve=reserve, stack=m)
 
