@@ -6,14 +6,12 @@ fine-tuning samples folder's meta.json (format 1). Token data is Megatron's inde
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from trainperf.data.tokenizer import Tokenizer
-from trainperf.errors import DataError
 
 FORMAT = 1
 
@@ -53,18 +51,3 @@ def with_val(train_fp: str, val_fp: str | None) -> str:
     if val_fp is None:
         return train_fp
     return hashlib.sha256(f"{train_fp}+val:{val_fp}".encode()).hexdigest()
-
-
-def read_meta(path: Path) -> dict:
-    """A prepared folder's meta.json; missing, corrupt or of another format is a DataError naming it."""
-    meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{meta_path}: missing; prepare the data with `trainperf data prepare`") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"{meta_path}: unreadable or corrupt ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        got = meta.get("format") if isinstance(meta, dict) else None
-        raise DataError(f"{meta_path}: format {got!r}, expected {FORMAT}")
-    return meta
