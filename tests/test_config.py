@@ -25,6 +25,8 @@ def test_override_changes_value_with_type():
     ("train.precision=fp16", "train.precision"),
     ("parallel.tp=8", "parallel.tp"),  # tp does not divide 4 heads
     ("trainlr=1", "trainlr"),
+    ("data.corpus=0.5 a -1 b", "data.corpus"),  # a blend weight must be a positive number
+    ("data.corpus=1 a 2", "data.corpus"),  # weight/prefix pairs
 ])
 def test_bad_values_name_the_key(override, key):
     with pytest.raises(ConfigError) as e:

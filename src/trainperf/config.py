@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import trainperf
-from trainperf.errors import ConfigError
+from trainperf.data.indexed import parse_blend
+from trainperf.errors import ConfigError, DataError
 from trainperf.layout import PRECISIONS, parse_layout, ranks
 from trainperf.rules import rules_for
 
@@ -483,6 +484,11 @@ def validate(r: Recipe) -> None:
     _check(0 <= m.lora_dropout < 1, "model.lora_dropout", "must be in [0, 1)")
     _check(d.tokenizer in ("byte", "bpe") or d.tokenizer.endswith((".json", ".model")), "data.tokenizer",
            f"must be 'byte', 'bpe', a tokenizer.json or a SentencePiece .model path, got {d.tokenizer!r}")
+    if len(d.corpus.split()) > 1:  # a blend's syntax is the recipe's, checked before anything runs
+        try:
+            parse_blend(d.corpus)
+        except DataError as e:
+            raise ConfigError(f"data.corpus: {e}") from None
     _check(256 < d.bpe_vocab_size <= 2**32, "data.bpe_vocab_size", "must be in (256, 2^32]")
     _check(d.eval_bytes > 0, "data.eval_bytes", "must be > 0")
     _check(d.kind == "tokens" or d.tokenizer != "bpe", "data.tokenizer",
