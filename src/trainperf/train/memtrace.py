@@ -293,40 +293,51 @@ def trace_stage(r: Recipe, world: int, rank: int, device_bytes: float | None, se
             static = live.now
             x = torch.randint(0, r.model.vocab_size, (g.per_rank, r.model.seq_len))
             x = shard_sequence(x, dims)
-            # the optimizer's state as every step after the first holds it: AdamW makes its moments
-            # at its first step (on zero gradients here, outside the trace)
-            for part in parts:
-                for p in part.parameters():
-                    if p.requires_grad:
-                        p.grad = torch.zeros_like(p)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            for st in opt_states(opt):
-                live.add(st)
-            with live.tracking():
-                live.phase = "forward/backward"
-                if dims.pp > 1:
-                    pipeline_step(engine, x, r, dims, g.micro)
-                else:
-                    engine.forward_backward(x, x, None, g.accum)
-                live.phase = "optimizer"
-                if r.train.grad_clip > 0 and dims.pp == 1:  # the pipeline's clip reads its norm on the host
-                    engine.clip_grad_norm(r.train.grad_clip)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                resident = live.now
-                live.phase = "eval"
-                for part in parts:
-                    part.eval()
-                with torch.no_grad():
-                    if dims.pp > 1:
-                        pipeline_eval(engine, x[:g.micro], r, dims)
-                    else:
-                        engine.eval_losses(x[:g.micro], x[:g.micro])
+            prime_optimizer(parts, opt, live)
+            resident = traced_step(engine, opt, parts, x, r, dims, g, live)
             mode = engine.grad_sync_mode
     st = StageTrace(dims.coords()["pp"], rank, live.peak, live.peak_at, static, resident,
                     round(time.perf_counter() - t0, 2))
     return st, mode
+
+
+def prime_optimizer(parts, opt, live: LiveBytes) -> None:
+    """The optimizer's state as every step after the first holds it: AdamW makes its moments at its
+    first step (on zero gradients here, outside the trace)."""
+    for part in parts:
+        for p in part.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    for st in opt_states(opt):
+        live.add(st)
+
+
+def traced_step(engine, opt, parts, x: torch.Tensor, r: Recipe, dims: ParallelDims, g, live: LiveBytes) -> int:
+    """One training step and one evaluation batch under `live`'s tracking; the bytes resident after
+    the optimizer step."""
+    with live.tracking():
+        live.phase = "forward/backward"
+        if dims.pp > 1:
+            pipeline_step(engine, x, r, dims, g.micro)
+        else:
+            engine.forward_backward(x, x, None, g.accum)
+        live.phase = "optimizer"
+        if r.train.grad_clip > 0 and dims.pp == 1:  # the pipeline's clip reads its norm on the host
+            engine.clip_grad_norm(r.train.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        resident = live.now
+        live.phase = "eval"
+        for part in parts:
+            part.eval()
+        with torch.no_grad():
+            if dims.pp > 1:
+                pipeline_eval(engine, x[:g.micro], r, dims)
+            else:
+                engine.eval_losses(x[:g.micro], x[:g.micro])
+    return resident
 
 
 def opt_states(opt) -> list[torch.Tensor]:
