@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 import trainperf.train.checkpoint as ck
 from trainperf.config import load_recipe
+from trainperf.errors import Terminated
 from trainperf.parallel.env import DistEnv
 from trainperf.train.checkpoint import MARKER, CheckpointError, committed, resolve
 from trainperf.train.trainer import RunOptions, train
@@ -147,3 +148,19 @@ def test_resume_needs_a_checkpoint_and_a_fresh_run_needs_an_empty_dir(small_reci
     (tmp_path / "b" / "checkpoints" / "step_00000004" / MARKER).write_text("{}")
     with pytest.raises(CheckpointError, match="already holds checkpoints"):
         train(_recipe(small_recipe), DistEnv(), RunOptions(out=tmp_path / "b", max_steps=2))
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, Terminated])
+def test_stop_inside_the_writer_is_still_a_stop(small_recipe, tmp_path, monkeypatch, stop):
+    """DCP wraps whatever its writer raises, a Ctrl-C or SIGTERM too: that must stay the stop the user
+    asked for (exit 130/143 in the CLI), not turn into 'the checkpoint could not be written' (exit 1)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    def stopped(self, plan, planner):
+        raise stop()
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", stopped)
+    out = tmp_path / "stop"
+    with pytest.raises(stop):
+        train(small_recipe("checkpoint.every_steps=2"), DistEnv(), RunOptions(out=out, max_steps=4))
+    assert list((out / "checkpoints").iterdir()) == []  # the half-written save is gone

@@ -39,7 +39,7 @@ try:
     import resource  # POSIX: the file-size limit a failed write may have hit
 except ImportError:
     resource = None
-from trainperf.errors import CheckpointError, ScoreError, file_error
+from trainperf.errors import CheckpointError, ScoreError, Terminated, file_error
 from trainperf.parallel.dims import ParallelDims
 from trainperf.parallel.env import DistEnv
 
@@ -349,6 +349,13 @@ class Checkpointer:
             if env.is_main:
                 self._commit(tmp, final, step)
         except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
+            inner = _inner_error(e)
+            if isinstance(inner, (KeyboardInterrupt, Terminated)):
+                # DCP wraps a Ctrl-C or SIGTERM that lands mid-save like any failure: it is still the
+                # stop the user asked for (exit 130/143), not a checkpoint error
+                if env.is_main:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                raise inner from None
             raise self._save_failed(e, tmp, final) from e
         if env.is_main:
             self._prune()
