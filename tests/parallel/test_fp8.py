@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.distributed.tensor.parallel import loss_parallel
 
 from trainperf.config import ConfigError, ModelConfig, load_recipe
 from trainperf.model.transformer import Transformer
@@ -86,9 +87,11 @@ def _run_with_inputs_seen(m, names):
     for name in names:
         m.get_submodule(name).register_forward_pre_hook(spy(name))
     x = torch.randint(0, 96, (4, 33), generator=torch.Generator().manual_seed(1))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = m(x[:, :-1], x[:, 1:]).mean()
-    loss.backward()
+    # as the trainer's step_context: the vocabulary-split logits' loss and its backward under loss_parallel
+    with loss_parallel():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(x[:, :-1], x[:, 1:]).mean()
+        loss.backward()
     return loss, seen
 
 

@@ -15,6 +15,7 @@ import zlib
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 
 from trainperf.config import ModelConfig
 from trainperf.model.init import fill_
@@ -249,8 +250,14 @@ class Transformer(nn.Module):
 
 
 def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy (B, T) in fp32; targets of -100 (unscored) give 0."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+    """Per-token cross-entropy (B, T) in fp32; targets of -100 (unscored) give 0.
+
+    Under tensor parallelism the logits are a DTensor split over the vocabulary and the losses come
+    back replicated: every rank takes its whole copy."""
+    losses = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    if isinstance(losses, DTensor):
+        losses = losses.full_tensor()
+    return losses.view_as(targets)
 
 
 def _generator(seed: int | None, name: str) -> torch.Generator | None:

@@ -188,8 +188,9 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
         plan["tok_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
     if model.output is not None:
         plan["norm"] = SequenceParallel()
-        # the loss is computed inside the model, so the head hands every rank the full logits
-        plan["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+        # the logits stay split over the vocabulary (a DTensor): the loss is taken without gathering
+        # them (loss_parallel, parallel.context), so each rank holds 1/tp of the largest activation
+        plan["output"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)
     if model.pos_emb is not None:
         # positions (T, D) sharded along T line up with the sequence-sharded token embeddings (B, T/tp, D)
         plan["pos_emb"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))

@@ -120,12 +120,20 @@ def apply_cp(model: nn.Module, dims: ParallelDims, precision: str = "fp32") -> N
 RING_ROTATION = "alltoall"  # torch's name for passing one K/V chunk to the next rank per step
 
 
-def cp_context(dims: ParallelDims, seq_len: int, device: torch.device):
-    """The context a forward and its backward run in: PyTorch's context_parallel for the ring
-    (its SDPA dispatch is on inside it only), nothing for the all-gather attention."""
-    if dims.cp == 1 or dims.cp_attention != CP_RING:
-        return contextlib.nullcontext()
-    return ring_context(dims.mesh["cp"], seq_len, device)
+@contextlib.contextmanager
+def step_context(dims: ParallelDims, seq_len: int, device: torch.device):
+    """The context a forward and its backward run in: torch's loss_parallel under tensor
+    parallelism (cross-entropy over logits split along the vocabulary, and its backward, without
+    gathering them), and for the ring attention PyTorch's context_parallel (its SDPA dispatch is on
+    inside it only); the all-gather attention needs none."""
+    with contextlib.ExitStack() as stack:
+        if dims.tp > 1:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            stack.enter_context(loss_parallel())
+        if dims.cp > 1 and dims.cp_attention == CP_RING:
+            stack.enter_context(ring_context(dims.mesh["cp"], seq_len, device))
+        yield
 
 
 @contextlib.contextmanager
@@ -155,7 +163,7 @@ def _ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
         rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
-        # looked up at call time: inside cp_context this is context_parallel's ring
+        # looked up at call time: inside step_context this is context_parallel's ring
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 

@@ -43,8 +43,9 @@ parameter (2 under bf16 mixed precision, else 4):
                and the flat all-gather buffer of the block prefetched for the next backward before
                it is copied out, (2·w + 4)·block parameters/tp in bf16 (8 in fp32); gone before the
                next block's
-  logits       the loss of one micro-batch of s/cp tokens over the whole vocabulary (the head hands
-               every tp rank the full logits), at its peak in cross-entropy's backward: the fp32
+  logits       the loss of one micro-batch of s/cp tokens over the vocabulary/tp entries of this
+               rank (the head's output stays split over the vocabulary and the loss is taken by
+               loss_parallel, without gathering it), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
                per token and vocabulary entry (its forward holds 10 in bf16: logits, their fp32
                copy, the log-softmax)
@@ -294,7 +295,7 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
             ranks=tuple(ranks), params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * n_layers,
             rebuilt=rebuilt if n_layers else 0.0,
             gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
-            logits=float(mbs * s_loc * cfg.vocab_size * LOSS_BYTES) if last else 0.0,
+            logits=mbs * s_loc * cfg.vocab_size * LOSS_BYTES / tp if last else 0.0,
             reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
     return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
 

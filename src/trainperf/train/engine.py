@@ -11,7 +11,7 @@ import torch.nn as nn
 from trainperf.config import Recipe
 from trainperf.parallel.apply import (ACCUM_REDUCE_EACH, accumulation_mode, grad_sync, keep_gradient_sync,
                                      pipeline_accumulation, unwrap)
-from trainperf.parallel.context import cp_context
+from trainperf.parallel.context import step_context
 from trainperf.parallel.dims import ParallelDims
 from trainperf.model.transformer import token_losses
 from trainperf.parallel.pipeline import Pipeline, stage_ids
@@ -44,7 +44,7 @@ class LocalEngine:
         for m in range(accum):
             xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
             # one context around forward and backward (DDP's no_sync cannot be entered twice)
-            with grad_sync(model, m == accum - 1, self.grad_sync_mode), cp_context(self.dims, self.r.model.seq_len, self.device):
+            with grad_sync(model, m == accum - 1, self.grad_sync_mode), step_context(self.dims, self.r.model.seq_len, self.device):
                 with autocast_ctx(self.r, self.device):
                     loss = micro_batch_loss(model(xs, ys), accum, n_scored, self.dims.grad_ranks)
                 loss.backward()
@@ -52,7 +52,7 @@ class LocalEngine:
         return total
 
     def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
-        with autocast_ctx(self.r, self.device), cp_context(self.dims, self.r.model.seq_len, self.device):
+        with autocast_ctx(self.r, self.device), step_context(self.dims, self.r.model.seq_len, self.device):
             return self.parts[0](x, y)
 
     def clip_grad_norm(self, max_norm: float) -> None:
@@ -82,13 +82,13 @@ class PipelineEngine:
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, n_scored: int | None, accum: int) -> torch.Tensor:
         self._scored["n"] = n_scored
         # the schedule runs forward, the loss and backward inside these
-        with autocast_ctx(self.r, self.device), cp_context(self.dims, self.r.model.seq_len, self.device):
+        with autocast_ctx(self.r, self.device), step_context(self.dims, self.r.model.seq_len, self.device):
             total = self.pipe.step(x, y)
         self.pipe.sync_tied_grads()
         return total
 
     def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
-        with cp_context(self.dims, self.r.model.seq_len, self.device):
+        with step_context(self.dims, self.r.model.seq_len, self.device):
             return self.pipe.forward_losses(x, y, lambda: autocast_ctx(self.r, self.device))
 
     def clip_grad_norm(self, max_norm: float) -> None:

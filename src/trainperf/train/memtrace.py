@@ -358,7 +358,7 @@ def pipeline_step(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims, micro:
     list for this rank), with the stages' own backward and gradient reduction. The fake group moves
     no data, so each stage's inputs from its neighbour are fake hidden states of the right shape
     (torch's schedule would first ask the neighbours for the shapes)."""
-    from trainperf.parallel.context import cp_context
+    from trainperf.parallel.context import step_context
     from trainperf.train.optim import autocast_ctx
 
     pipe = engine.pipe
@@ -377,7 +377,7 @@ def pipeline_step(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims, micro:
         stage = stages.get(s)
         if kind == "F":
             xs = x[m * micro:(m + 1) * micro] if s == 0 else _hidden(r, dims, micro).requires_grad_()
-            with autocast_ctx(r, engine.device), cp_context(dims, r.model.seq_len, engine.device):
+            with autocast_ctx(r, engine.device), step_context(dims, r.model.seq_len, engine.device):
                 out = stage.submod(xs)
                 if s == pipe.n_stages - 1:
                     out = loss_fn(out, x[m * micro:(m + 1) * micro])
