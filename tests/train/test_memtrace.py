@@ -40,6 +40,7 @@ KINDS = {
     "fsdp": (8, []),
     "fsdp+tp": (8, ["parallel.tp=2"]),
     "fsdp+pp": (8, ["parallel.pp=2"]),
+    "fsdp+tp+pp": (8, ["parallel.tp=2", "parallel.pp=2"]),  # the last stage's loss under loss_parallel
     "fsdp+pp interleaved": (8, ["model.n_layer=8", "parallel.pp=2", "parallel.vpp=2",
                                 "parallel.pp_schedule=interleaved_1f1b", "train.global_batch_size=16"]),
     "fsdp+cp": (8, ["parallel.cp=2"]),

@@ -386,8 +386,9 @@ def pipeline_step(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims, micro:
             xs, out = live[s].pop(0)
             grads = None if s == pipe.n_stages - 1 else torch.ones_like(out)
             inputs = [xs] if xs.requires_grad else []
-            stage.backward_maybe_with_nosync("full", {"stage_output": out, "output_grads": grads,
-                                                      "input_values": inputs})
+            with step_context(dims, r.model.seq_len, engine.device):  # the loss's backward under loss_parallel
+                stage.backward_maybe_with_nosync("full", {"stage_output": out, "output_grads": grads,
+                                                          "input_values": inputs})
         elif kind == "REDUCE_GRAD":
             stage.perform_reduce_grad(1)
     if not any(a is not None and a.computation_type.value == "REDUCE_GRAD" for a in order):
@@ -397,12 +398,13 @@ def pipeline_step(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims, micro:
 
 def pipeline_eval(engine, x: torch.Tensor, r: Recipe, dims: ParallelDims) -> None:
     """The forward of one evaluation batch through this rank's stages (no gradients kept)."""
+    from trainperf.parallel.context import step_context
     from trainperf.train.optim import autocast_ctx
 
     pipe = engine.pipe
     for stage in pipe.stages:
         s = stage.stage_index
-        with autocast_ctx(r, engine.device):
+        with autocast_ctx(r, engine.device), step_context(dims, r.model.seq_len, engine.device):
             out = stage.submod(x if s == 0 else _hidden(r, dims, x.shape[0]), x if s == pipe.n_stages - 1 else None)
         del out
 
