@@ -118,3 +118,16 @@ def test_bad_corpus_files_are_one_line(tmp_path):
     (tmp_path / "s.jsonl").write_text(json.dumps({"input_ids": ["1", "2"]}) + "\n")
     with pytest.raises(DataError, match="s.jsonl:1: 'input_ids' and 'labels' must hold integer token ids"):
         read_samples(tmp_path / "s.jsonl", None, 8)
+
+
+@pytest.mark.parametrize("setting", ["data.corpus={d}/missing", "data.corpus=0.5 {d}/a 0.5 {d}/b", "data.corpus={d}/only_bin",
+                                     "data.val={d}/missing", "data.tokenizer={d}/missing.json"])
+def test_a_wrong_data_path_is_refused_before_the_run_folder_is_made(tmp_path, capsys, setting):
+    from trainperf.cli.main import main
+
+    (tmp_path / "only_bin.bin").write_bytes(b"")
+    (tmp_path / "a.idx").write_bytes(b"")  # a prefix whose .bin is missing
+    rc = main(["run", "tiny", "--no-progress", "--out", str(tmp_path / "run"), "--set", setting.format(d=tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1 and str(tmp_path) in err, err
+    assert not (tmp_path / "run").exists()

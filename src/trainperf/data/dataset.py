@@ -221,6 +221,19 @@ def _prefixes_in(spec: str) -> list[tuple[float, list[Path]]]:
     return out
 
 
+def check_token_source(spec: str) -> None:
+    """That token data `spec` names is there: a prepared folder's meta.json, or each Megatron
+    prefix's .idx and .bin (nothing is opened or read beyond that)."""
+    path = Path(spec).expanduser()
+    if len(spec.split()) == 1 and (path / "meta.json").is_file():
+        read_meta(path)
+        return
+    for _, prefixes in _prefixes_in(spec):
+        for prefix in prefixes:
+            if not Path(f"{prefix}.bin").is_file():
+                raise DataError(f"{prefix}.bin: missing; a Megatron dataset prefix needs its .idx and .bin")
+
+
 def is_token_source(spec: str) -> bool:
     """Whether data.corpus names token data (a trainperf folder, Megatron prefixes, a blend) rather
     than text to tokenize."""

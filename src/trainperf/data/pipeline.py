@@ -22,12 +22,14 @@ import numpy as np
 import torch
 
 from trainperf.config import DataConfig
-from trainperf.data.dataset import TokenData, is_token_source, open_folder, open_megatron, read_meta
+from trainperf.data.dataset import (TokenData, check_token_source, is_token_source, open_folder, open_megatron,
+                                    read_meta)
 from trainperf.data.gpt import GPTBatches
 from trainperf.data.prepare import dataset_kind, list_inputs, prepare_corpus, refuse_foreign, tokenizer_key
 from trainperf.data.prepared import FORMAT as SAMPLES_FORMAT
 from trainperf.data.samples import (IGNORE, SampleBatches, SampleData, open_samples, read_samples,
                                     samples_fingerprint, synthetic_samples, write_samples, _shift)
+from trainperf.data.corpus import corpus_files
 from trainperf.data.corpus import synthetic_documents  # noqa: F401  (re-exported: tests and tools use it here)
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from trainperf.errors import DataError
@@ -72,6 +74,22 @@ def _given_tokenizer(cfg: DataConfig) -> Tokenizer | None:
     if cfg.tokenizer == "bpe":
         return None
     return load_tokenizer(cfg.tokenizer)
+
+
+def check_source(cfg: DataConfig) -> None:
+    """That data.corpus, data.val and data.tokenizer name data that is there (paths, metadata and
+    the tokenizer file; no tokens read), so a run refuses a wrong path before it makes its folder."""
+    if cfg.synthetic:
+        return
+    for spec in (cfg.corpus, cfg.val):
+        if not spec or spec == "stdlib":
+            continue
+        if is_token_source(spec):
+            check_token_source(spec)
+        else:
+            corpus_files(spec)
+    if cfg.tokenizer not in ("byte", "bpe"):
+        load_tokenizer(cfg.tokenizer)
 
 
 def open_tokens_source(cfg: DataConfig):

@@ -22,7 +22,7 @@ import torch
 
 from trainperf import atomic
 from trainperf.config import Recipe
-from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
+from trainperf.data.pipeline import EvalSet, check_source, eval_set, prepare, train_batches
 from trainperf.data.samples import IGNORE
 from trainperf.errors import TrainError, WeightsError
 from trainperf.mlperf.benchmarks import benchmark_hooks
@@ -56,6 +56,7 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
     if done is not None:
         return done
     # every check that can refuse the run comes before its first change on disk
+    check_source(r.data)
     ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks, verifies and compares what to resume from
     ckpt.check_budget(opts.max_steps or r.total_steps)
     if env.is_main:
