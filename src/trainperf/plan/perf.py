@@ -367,8 +367,12 @@ class Model:
     def stage_layers(self, lay: Layout) -> int:
         """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere). When
         the split counts the embedding and the loss as a layer each, a middle rank holds the most."""
-        slots = self.cfg.n_layer + (2 if self._asym(lay) else 0)
-        return math.ceil(slots / (lay.pp * lay.vpp)) * lay.vpp
+        return math.ceil(self.pipeline_slots(lay.pp) / (lay.pp * lay.vpp)) * lay.vpp
+
+    def pipeline_slots(self, pp: int) -> int:
+        """Layer slots the pipeline split divides: the layers, plus one each for the embedding and
+        the output layer + loss where the split counts them (and there is a pipeline)."""
+        return self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss and pp > 1 else 0)
 
     def _asym(self, lay: Layout) -> bool:
         return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
@@ -378,7 +382,7 @@ class Model:
         leaves the last stage with no layer (pp=35 on 96 layers: 3 each fill 32 stages)."""
         if pp * vpp <= 1:
             return False
-        slots = self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss else 0)
+        slots = self.pipeline_slots(pp)
         return math.ceil(slots / (pp * vpp)) * (pp * vpp - 1) >= slots
 
     def _slowest_stage(self, lay: Layout, ly: LayerCost, hf: float, hb: float) -> tuple[int, bool]:

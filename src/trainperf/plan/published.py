@@ -13,7 +13,7 @@ fitted on MLPerf results only and the pytorch stack on torchtitan's H100 tables
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainperf.config import ConfigError, ModelConfig
@@ -66,6 +66,9 @@ class Run:
     tokens_per_s_per_gpu: float
     note: str
     source: str
+    # the megatron stack's software settings where the run's recipe states them (software_source):
+    grad_bytes: float = 4.0  # gradient buffer per parameter: 4 (FP32, Megatron's default) or 2 (BF16)
+    pp_split_embedding_loss: bool = False  # account_for_embedding/loss_in_pipeline_split
 
     @property
     def name(self) -> str:
@@ -138,10 +141,13 @@ def _run(r: dict, where: str, models: dict) -> Run:
         raise ConfigError(f"{where}: tokens_per_s_per_gpu must be positive, got {tps}")
     if not (r.get("source") or "").startswith("https://"):
         raise ConfigError(f"{where}: source must be an https URL")
+    if r.get("grad_bytes") not in ("2", "4"):
+        raise ConfigError(f"{where}: grad_bytes must be 2 (BF16) or 4 (FP32), got {r.get('grad_bytes')!r}")
     layout = {k: n[k] for k in ("tp", "pp", "vpp", "cp", "dp", "mbs", "gbs")}
     layout.update(recompute=r["recompute"], precision=r["precision"])
     return Run(r.get("table") or "", r["model"], r["gpu"], n["gpus"], r["stack"], layout, n["seq_len"],
-               _bool(r.get("fsdp"), "fsdp", where), tps, r.get("note") or "", r["source"])
+               _bool(r.get("fsdp"), "fsdp", where), tps, r.get("note") or "", r["source"], float(r["grad_bytes"]),
+               _bool(r.get("pp_split_embedding_loss"), "pp_split_embedding_loss", where))
 
 
 def load_runs(path: Path | None = None, models: dict | None = None) -> list[Run]:
@@ -190,7 +196,8 @@ class Row:
 def workload(run: Run, shapes: dict) -> Benchmark:
     """The run's model at its sequence length and global batch, as `plan --model` prices it."""
     s = shapes[run.model]
-    return model_workload(run.model, s.config(run.seq_len), run.layout["gbs"], s.source)
+    b = model_workload(run.model, s.config(run.seq_len), run.layout["gbs"], s.source)
+    return replace(b, grad_bytes=run.grad_bytes, pp_split_counts_embedding_and_loss=run.pp_split_embedding_loss)
 
 
 def predict_run(run: Run, shapes: dict, calib: Calibration) -> Row:
