@@ -31,11 +31,15 @@ RESERVE = 0.10  # share of usable HBM kept for cuBLAS/NCCL workspaces and alloca
 
 def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp: bool = True,
                                recompute: str = "none", flash: bool = True, dropout: bool = False,
-                               frozen_mlp: bool = False) -> float:
+                               frozen_mlp: bool = False, fp8_inputs: bool = False) -> float:
     """Bytes one layer keeps for its backward, per tensor-parallel rank, for b sequences of s tokens.
 
     frozen_mlp: the MLP's weights are frozen and carry no adapters (LoRA on attention only): its
-    GEMMs need no inputs saved for weight gradients, only the activation function's inputs."""
+    GEMMs need no inputs saved for weight gradients, only the activation function's inputs.
+    fp8_inputs: the GEMMs run in FP8/FP4 under Transformer Engine, whose Linear and LayerNormLinear
+    keep the quantized copy of their input for the weight gradient (1 byte), not the 16-bit one:
+    the two norm outputs and the down-projection's input shrink by half; the attention output
+    stays 16-bit for the attention's backward and its FP8 copy is kept besides (+1 byte)."""
     h, a, f = cfg.d_model, cfg.n_head, cfg.ff_dim
     kv = cfg.kv_heads * cfg.head_dim
     sbh = s * b * h
@@ -44,23 +48,23 @@ def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp
     drop_mask = 1 if dropout else 0
     # parts tensor parallelism splits anyway (head-sharded or ff-sharded tensors)
     q_k_v = 2 * sbh + 2 * 2 * s * b * kv
+    q8 = 1 if fp8_inputs else 0  # bytes a quantized GEMM input saves (-) or adds (+) per element
     if flash:
-        core = 2 * sbh  # output O (the logsumexp is s·b·a floats, negligible)
+        core = (2 + q8) * sbh  # output O (the logsumexp is s·b·a floats, negligible)
     else:
         scores = 2 * a * s * s * b + (3 * a * s * s * b if dropout else 0)
         core = (0 if recompute == "selective" else scores) + 2 * sbh
+    act_out = (2 - q8) * s * b * f  # the down-projection's input
     if cfg.gated:
-        mlp_mid = 3 * 2 * s * b * f  # gate, up, gate*up
-        act_out = 2 * s * b * f
+        mlp_mid = 2 * 2 * s * b * f + act_out  # gate, up, gate*up
     else:
-        mlp_mid = 2 * 2 * s * b * f  # pre- and post-GELU
-        act_out = 2 * s * b * f
+        mlp_mid = 2 * s * b * f + act_out  # pre- and post-GELU
     if frozen_mlp:
         mlp_mid -= act_out  # the down-projection's input only served its weight gradient
     sharded = q_k_v + core + mlp_mid
     # parts that stay whole without sequence parallelism
     norm_in = 2 * 2 * sbh
-    gemm_in = (1 if frozen_mlp else 2) * 2 * sbh  # QKV input and MLP input (the norms' outputs)
+    gemm_in = (1 if frozen_mlp else 2) * (2 - q8) * sbh  # QKV input and MLP input (the norms' outputs)
     masks = 2 * drop_mask * sbh
     if recompute == "selective" and flash:
         sharded -= act_out

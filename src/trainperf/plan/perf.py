@@ -304,7 +304,9 @@ class Model:
         elif recompute == "selective":
             rc_elem = 0.5 * elem_f
         act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute,
-                                         frozen_mlp=self.b.lora)
+                                         frozen_mlp=self.b.lora,
+                                         # LoRA's adapters run in 16 bits and keep their inputs so
+                                         fp8_inputs=precision in ("fp8", "fp4") and not self.b.lora)
         out = LayerCost(
             fwd=comp_f + exp_tp_f + exp_cp_f + elem_f,
             bwd=comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
