@@ -125,8 +125,11 @@ def _run(r: dict, where: str, models: dict) -> Run:
     n = _ints(r, _RUN_INTS, where)
     if r.get("model") not in models:
         raise ConfigError(f"{where}: model {r.get('model')!r} is not in {MODELS.name}")
-    get_gpu(r.get("gpu") or "")  # an unknown GPU kind is one line naming the known ones
-    get_stack(r.get("stack") or "")
+    try:  # an unknown GPU kind or stack: their own one-line message, with the row
+        get_gpu(r.get("gpu") or "")
+        get_stack(r.get("stack") or "")
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
     if n["tp"] * n["pp"] * n["cp"] * n["dp"] != n["gpus"]:
         raise ConfigError(f"{where}: tp*pp*cp*dp = {n['tp'] * n['pp'] * n['cp'] * n['dp']}, not the {n['gpus']} GPUs")
     if r.get("recompute") not in ("none", "selective", "full"):
@@ -161,7 +164,10 @@ def load_runs(path: Path | None = None, models: dict | None = None) -> list[Run]
 class Row:
     run: Run
     prediction: Prediction | None
-    reason: str = ""  # why there is no prediction: the planner cannot express the run
+    reason: str = ""  # why there is no prediction
+    # "layout": the planner cannot be asked for this layout (a missing option, a split it refuses);
+    # "memory": it can, but its memory model says the layout does not fit, though it ran
+    refused: str = ""
 
     @property
     def predicted(self) -> float | None:
@@ -185,7 +191,7 @@ class Row:
              "predicted_tokens_per_s_per_gpu": None if e is None else round(self.predicted, 1),
              "error_pct": None if e is None else round(100 * e, 2), "source": r.source}
         if self.prediction is None:
-            d["not_expressible"] = self.reason
+            d["refused"], d["reason"] = self.refused, self.reason
         else:
             est = self.prediction.estimate
             d["memory_gb_per_gpu"] = round(est.memory.total / 1e9, 2)
@@ -207,8 +213,10 @@ def predict_run(run: Run, shapes: dict, calib: Calibration) -> Row:
     try:
         plan = make_plan(workload(run, shapes), run.gpu, run.gpus, layout=dict(run.layout), calib=calib, top=1,
                          stack=run.stack)
-    except (PlanError, ConfigError) as e:
-        return Row(run, None, str(e))
+    except ConfigError as e:
+        return Row(run, None, str(e), "layout")
+    except PlanError as e:
+        return Row(run, None, str(e), "memory" if "fits in memory" in str(e) else "layout")
     return Row(run, plan.best)
 
 
@@ -241,15 +249,19 @@ class Report:
 
     def to_dict(self) -> dict:
         return {"summary": {"all": _stats(self.rows), "by_stack": self.groups()},
-                "not_expressible": sum(1 for r in self.rows if r.prediction is None),
+                "not_expressible": self.refused("layout"), "memory_refused": self.refused("memory"),
                 "calibration": self.calibration, "rows": [r.to_dict() for r in self.rows]}
+
+    def refused(self, kind: str) -> int:
+        return sum(1 for r in self.rows if r.refused == kind)
 
 
 def validate_published(calib: Calibration, runs: list[Run] | None = None, shapes: dict | None = None) -> Report:
     """Every published run predicted through `make_plan` with its own stack and layout."""
     shapes = load_models() if shapes is None else shapes
     runs = load_runs(models=shapes) if runs is None else runs
-    return Report([predict_run(r, shapes, calib) for r in runs], calib.fitted_on)
+    on = f"megatron: {calib.fitted_on}; pytorch: {calib.stack_fitted_on.get('pytorch', 'not fitted')}"
+    return Report([predict_run(r, shapes, calib) for r in runs], on)
 
 
 __all__ = ["Run", "Row", "Report", "Shape", "load_models", "load_runs", "predict_run", "validate_published", "mape"]

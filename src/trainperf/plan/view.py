@@ -454,9 +454,10 @@ def print_published(report) -> None:
                   f"{x.tokens_per_s_per_gpu:.0f}", "-" if r.error is None else f"{r.predicted:.0f}",
                   "-" if r.error is None else f"{100 * r.error:+.1f}%")
     c.print(t)
+    what = {"layout": "not expressible", "memory": "refused by the memory model (it ran)"}
     for r in report.rows:
         if r.prediction is None:
-            c.print(f"not expressible: {r.run.table} {r.run.name}: {r.reason}")
+            c.print(f"{what[r.refused]}: {r.run.table} {r.run.name}: {r.reason}")
     s = Table(title="error of tokens/s per GPU (MAPE; negative signed error: the model is too slow)")
     for col in ("stack", "generation", "rows", "predicted", "MAPE", "signed"):
         s.add_column(col, justify="left" if col in ("stack", "generation") else "right")
