@@ -93,7 +93,7 @@ def test_error_and_mape_come_from_make_plan(runs, shapes):
     for row in rep.rows:
         r = row.run
         plan = make_plan(published.workload(r, shapes), r.gpu, r.gpus, layout=dict(r.layout), calib=cal, top=1,
-                         stack=r.stack)
+                         stack=published.planner_stack(r))
         assert row.predicted == plan.best.estimate.tokens_per_s_per_gpu
         assert row.error == pytest.approx(row.predicted / r.tokens_per_s_per_gpu - 1)
     errs = [abs(x.error) for x in rep.rows]
@@ -118,3 +118,31 @@ def test_cli_published_json(tmp_path, monkeypatch, capsys):
     assert main(["plan", "validate", "--published"]) == 0
     assert "tokens/s per GPU" in capsys.readouterr().out
     assert main(["plan", "validate", "--published", "--benchmark", "gpt3"]) == 2
+
+
+def test_megatron_fsdp_shards_weights_and_gradients(runs, shapes):
+    """Megatron-FSDP: the distributed optimizer's whole weights and gradients split over dp, plus two
+    gathered layers; its compute the megatron stack's."""
+    from trainperf.plan.hardware import cluster
+    from trainperf.plan.perf import Layout, Model
+
+    r = next(x for x in runs if x.fsdp and x.stack == "megatron" and x.gpu == "h100")
+    cal, b, cl = load_calibration(), published.workload(r, shapes), cluster(r.gpu, r.gpus)
+    lay = Layout(**{k: v for k, v in r.layout.items() if k != "mbs"}, mbs=r.layout["mbs"])
+    zero1 = Model(b, cl, cal, samples=1.0, stack="megatron")
+    fsdp = Model(b, cl, cal, samples=1.0, stack="megatron-fsdp")
+    m0, m1 = zero1.memory(lay), fsdp.memory(lay)
+    dp = r.layout["dp"]
+    assert m1.grads == pytest.approx(m0.grads / dp)
+    assert m0.weights / dp < m1.weights < m0.weights / 2
+    assert m1.optimizer == pytest.approx(m0.optimizer)
+    assert m1.total < m0.total
+    assert fsdp.cost(lay).t_f == pytest.approx(zero1.cost(lay).t_f)
+
+
+def test_cli_plans_a_model_on_megatron_fsdp(capsys):
+    assert main(["plan", "--model", "layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,"
+                 "vocab=128256,seq=8192,family=llama", "--gbs", "128", "--gpu", "h100", "--gpus", "8",
+                 "--stack", "megatron-fsdp", "--layout", "tp=1,pp=1,dp=8,mbs=1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stack"] == "megatron-fsdp" and d["layout"]["dp"] == 8

@@ -121,7 +121,7 @@ class Memory:
 
 
 def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, fp8_params: bool = False,
-                grad_bytes: float = 4.0) -> tuple[float, float, float]:
+                grad_bytes: float = 4.0, sharded: bool = False) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one rank's parameters.
 
     Megatron's distributed optimizer (ZeRO-1): bf16 weights and the gradient buffer (`grad_bytes`
@@ -131,6 +131,8 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     FP8 with `fp8_params`: then the weights live in FP8 only (Megatron's fp8_param_gather, "keep the
     compute param in fp8 (no intermediate dtype)"), 1 byte, the master copy being the optimizer's.
     NVIDIA's FP4 configs turn it off (v5.1 config_common_fp4.sh: FP8_PARAM_GATHER=False).
+    `sharded` (Megatron-FSDP, optim_grads_params): the weights and gradients are split over the
+    data-parallel ranks as well.
     A frozen LoRA base is held in the matmul format only (NVIDIA's MLPerf LoRA runs set fp8_params:
     1 byte; NVFP4 is 4 bits plus one FP8 scale per 16 values).
     """
@@ -139,4 +141,6 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     weights = trainable * per_weight + frozen * FROZEN_BYTES[precision]
     grads = trainable * grad_bytes
     optimizer = trainable * 12 / dp_shard
+    if sharded:
+        return weights / dp_shard, grads / dp_shard, optimizer
     return weights, grads, optimizer

@@ -420,7 +420,10 @@ class Model:
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
         w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
-                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
+                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes,
+                                 sharded=self.stack.fully_sharded)
+        if self.stack.fully_sharded:  # Megatron-FSDP's double buffer: two layers held gathered, 16-bit
+            w += 2 * 2 * (p["lora_layer"] if self.b.lora else p["layer"] / lay.tp)
         logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
         return w, gr, opt, logits
 
@@ -471,12 +474,12 @@ class Model:
         # overlap_param_gather, set in NVIDIA's MLPerf configs): hidden as far as that compute lasts
         dp_exposed = max(0.0, rs - t_b) + max(0.0, ag - t_f)
         if self.stack.fully_sharded:
-            # FSDP2 gathers the parameters again for the backward (resharded after the forward)
+            # FSDP gathers the parameters again for the backward (resharded after the forward)
             dp_exposed = max(0.0, ag - t_f) + max(0.0, ag + rs - t_b)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
         S = self.stage_layers(lay)
-        if self.stack.fully_sharded:
+        if self.stack.trainer_memory:
             mem = self._trainer_memory(lay)
         else:
             w, gr, os_, logits = self._static_memory(lay)

@@ -206,13 +206,21 @@ def workload(run: Run, shapes: dict) -> Benchmark:
     return replace(b, grad_bytes=run.grad_bytes, pp_split_counts_embedding_and_loss=run.pp_split_embedding_loss)
 
 
+def planner_stack(run: Run) -> str:
+    """The `--stack` that prices the run: Megatron runs with Megatron-FSDP take `megatron-fsdp`."""
+    return "megatron-fsdp" if run.stack == "megatron" and run.fsdp else run.stack
+
+
 def predict_run(run: Run, shapes: dict, calib: Calibration) -> Row:
     """`make_plan` at the run's GPU kind and count, stack and whole layout."""
     from trainperf.plan.api import make_plan
 
+    stack = planner_stack(run)
+    if get_stack(stack).fully_sharded != run.fsdp:
+        return Row(run, None, f"the {stack} stack has no {'fully sharded' if run.fsdp else 'unsharded'} mode", "layout")
     try:
         plan = make_plan(workload(run, shapes), run.gpu, run.gpus, layout=dict(run.layout), calib=calib, top=1,
-                         stack=run.stack)
+                         stack=stack)
     except ConfigError as e:
         return Row(run, None, str(e), "layout")
     except PlanError as e:
