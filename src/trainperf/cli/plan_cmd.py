@@ -56,8 +56,9 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="refit the compute efficiency from a trainperf run's summary.json")
     p.add_argument("--stack", choices=["megatron", "megatron-fsdp", "pytorch"], default=None,
                    help="the software that runs it: megatron (NVIDIA's Megatron/NeMo, what the MLPerf fit describes; "
-                        "default for a benchmark), megatron-fsdp (the same with Megatron-FSDP) or pytorch (FSDP2, DTensor TP, torch.compile, torchao Float8: "
-                        "trainperf's trainer; default for --model and --calibrate)")
+                        "default for a benchmark), megatron-fsdp (the same with Megatron-FSDP) or pytorch (FSDP2, "
+                        "DTensor TP, torch.compile, torchao Float8: trainperf's trainer; default for --model and "
+                        "--calibrate)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

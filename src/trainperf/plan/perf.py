@@ -305,7 +305,7 @@ class Model:
             rc_elem = 0.5 * elem_f
         act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute,
                                          frozen_mlp=self.b.lora,
-                                         # LoRA's adapters run in 16 bits and keep their inputs so
+                                         # not under LoRA: its adapters run in 16 bits on 16-bit inputs
                                          fp8_inputs=precision in ("fp8", "fp4") and not self.b.lora)
         out = LayerCost(
             fwd=comp_f + exp_tp_f + exp_cp_f + elem_f,
@@ -377,7 +377,7 @@ class Model:
         return self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss and pp > 1 else 0)
 
     def _asym(self, lay: Layout) -> bool:
-        return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
+        return self.pipeline_slots(lay.pp) > self.cfg.n_layer
 
     def empty_stage(self, pp: int, vpp: int = 1) -> bool:
         """Whether splitting the layers over pp·vpp (virtual) stages, ceil(slots / (pp·vpp)) each,
