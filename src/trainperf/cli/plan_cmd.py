@@ -54,10 +54,11 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="facility overhead on the GPUs' TDP energy (default 1.2, an assumption)")
     p.add_argument("--calibrate", metavar="RUNDIR", default=None,
                    help="refit the compute efficiency from a trainperf run's summary.json")
-    p.add_argument("--stack", choices=["megatron", "pytorch"], default=None,
+    p.add_argument("--stack", choices=["megatron", "megatron-fsdp", "pytorch"], default=None,
                    help="the software that runs it: megatron (NVIDIA's Megatron/NeMo, what the MLPerf fit describes; "
-                        "default for a benchmark) or pytorch (FSDP2, DTensor TP, torch.compile, torchao Float8: "
-                        "trainperf's trainer; default for --model and --calibrate)")
+                        "default for a benchmark), megatron-fsdp (the same with Megatron-FSDP) or pytorch (FSDP2, "
+                        "DTensor TP, torch.compile, torchao Float8: trainperf's trainer; default for --model and "
+                        "--calibrate)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -111,6 +112,8 @@ def add_parser(sub, common) -> None:
     v.add_argument("--benchmark", dest="only", default=None, help="only this benchmark")
     v.add_argument("--calibrate", metavar="RUNDIR", default=None, help="with the efficiency refit from this run")
     v.add_argument("--gpu", default=None, help="with --calibrate: the GPU kind a non-catalog run stands for")
+    v.add_argument("--published", action="store_true",
+                   help="predict published runs outside MLPerf (tokens/s per GPU, each at its layout and stack)")
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.set_defaults(handler=cmd_validate, stack="megatron")  # MLPerf's results ran on Megatron/NeMo
 
@@ -215,11 +218,28 @@ def cmd_validate(args) -> int:
     from trainperf.plan import view
     from trainperf.plan.validate import run_validation
 
+    if args.published:
+        return _validate_published(args)
     val = run_validation(_calibration(args)[0], args.only)
     if args.json:
         print(json.dumps(val.to_dict(), indent=1))
     else:
         view.print_validation_report(val)
+    return 0
+
+
+def _validate_published(args) -> int:
+    """`plan validate --published`: the runs in plan/data/published_runs.csv, not MLPerf's."""
+    from trainperf.plan import view
+    from trainperf.plan.published import validate_published
+
+    if args.only:
+        raise UsageError("--benchmark: MLPerf benchmarks are not in --published")
+    report = validate_published(_calibration(args)[0])
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        view.print_published(report)
     return 0
 
 

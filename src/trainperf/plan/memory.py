@@ -31,11 +31,15 @@ RESERVE = 0.10  # share of usable HBM kept for cuBLAS/NCCL workspaces and alloca
 
 def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp: bool = True,
                                recompute: str = "none", flash: bool = True, dropout: bool = False,
-                               frozen_mlp: bool = False) -> float:
+                               frozen_mlp: bool = False, fp8_inputs: bool = False) -> float:
     """Bytes one layer keeps for its backward, per tensor-parallel rank, for b sequences of s tokens.
 
     frozen_mlp: the MLP's weights are frozen and carry no adapters (LoRA on attention only): its
-    GEMMs need no inputs saved for weight gradients, only the activation function's inputs."""
+    GEMMs need no inputs saved for weight gradients, only the activation function's inputs.
+    fp8_inputs: the GEMMs run in FP8/FP4 under Transformer Engine, whose Linear and LayerNormLinear
+    keep the quantized copy of their input for the weight gradient (1 byte), not the 16-bit one:
+    the two norm outputs and the down-projection's input shrink by half; the attention output
+    stays 16-bit for the attention's backward and its FP8 copy is kept besides (+1 byte)."""
     h, a, f = cfg.d_model, cfg.n_head, cfg.ff_dim
     kv = cfg.kv_heads * cfg.head_dim
     sbh = s * b * h
@@ -44,23 +48,23 @@ def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp
     drop_mask = 1 if dropout else 0
     # parts tensor parallelism splits anyway (head-sharded or ff-sharded tensors)
     q_k_v = 2 * sbh + 2 * 2 * s * b * kv
+    q8 = 1 if fp8_inputs else 0  # bytes a quantized GEMM input saves (-) or adds (+) per element
     if flash:
-        core = 2 * sbh  # output O (the logsumexp is s·b·a floats, negligible)
+        core = (2 + q8) * sbh  # output O (the logsumexp is s·b·a floats, negligible)
     else:
         scores = 2 * a * s * s * b + (3 * a * s * s * b if dropout else 0)
         core = (0 if recompute == "selective" else scores) + 2 * sbh
+    act_out = (2 - q8) * s * b * f  # the down-projection's input
     if cfg.gated:
-        mlp_mid = 3 * 2 * s * b * f  # gate, up, gate*up
-        act_out = 2 * s * b * f
+        mlp_mid = 2 * 2 * s * b * f + act_out  # gate, up, gate*up
     else:
-        mlp_mid = 2 * 2 * s * b * f  # pre- and post-GELU
-        act_out = 2 * s * b * f
+        mlp_mid = 2 * s * b * f + act_out  # pre- and post-GELU
     if frozen_mlp:
         mlp_mid -= act_out  # the down-projection's input only served its weight gradient
     sharded = q_k_v + core + mlp_mid
     # parts that stay whole without sequence parallelism
     norm_in = 2 * 2 * sbh
-    gemm_in = (1 if frozen_mlp else 2) * 2 * sbh  # QKV input and MLP input (the norms' outputs)
+    gemm_in = (1 if frozen_mlp else 2) * (2 - q8) * sbh  # QKV input and MLP input (the norms' outputs)
     masks = 2 * drop_mask * sbh
     if recompute == "selective" and flash:
         sharded -= act_out
@@ -117,7 +121,7 @@ class Memory:
 
 
 def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, fp8_params: bool = False,
-                grad_bytes: float = 4.0) -> tuple[float, float, float]:
+                grad_bytes: float = 4.0, sharded: bool = False) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes for one rank's parameters.
 
     Megatron's distributed optimizer (ZeRO-1): bf16 weights and the gradient buffer (`grad_bytes`
@@ -127,6 +131,8 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     FP8 with `fp8_params`: then the weights live in FP8 only (Megatron's fp8_param_gather, "keep the
     compute param in fp8 (no intermediate dtype)"), 1 byte, the master copy being the optimizer's.
     NVIDIA's FP4 configs turn it off (v5.1 config_common_fp4.sh: FP8_PARAM_GATHER=False).
+    `sharded` (Megatron-FSDP, optim_grads_params): the weights and gradients are split over the
+    data-parallel ranks as well.
     A frozen LoRA base is held in the matmul format only (NVIDIA's MLPerf LoRA runs set fp8_params:
     1 byte; NVFP4 is 4 bits plus one FP8 scale per 16 values).
     """
@@ -135,4 +141,6 @@ def state_bytes(trainable: float, frozen: float, dp_shard: int, precision: str, 
     weights = trainable * per_weight + frozen * FROZEN_BYTES[precision]
     grads = trainable * grad_bytes
     optimizer = trainable * 12 / dp_shard
+    if sharded:
+        return weights / dp_shard, grads / dp_shard, optimizer
     return weights, grads, optimizer

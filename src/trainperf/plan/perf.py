@@ -304,7 +304,9 @@ class Model:
         elif recompute == "selective":
             rc_elem = 0.5 * elem_f
         act = activation_bytes_per_layer(c, int(c.seq_len / cp), mbs, tp=tp, sp=True, recompute=recompute,
-                                         frozen_mlp=self.b.lora)
+                                         frozen_mlp=self.b.lora,
+                                         # not under LoRA: its adapters run in 16 bits on 16-bit inputs
+                                         fp8_inputs=precision in ("fp8", "fp4") and not self.b.lora)
         out = LayerCost(
             fwd=comp_f + exp_tp_f + exp_cp_f + elem_f,
             bwd=comp_b + rc_comp + exp_tp_b + exp_cp_b + rc_tp + elem_b + rc_elem,
@@ -367,18 +369,22 @@ class Model:
     def stage_layers(self, lay: Layout) -> int:
         """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere). When
         the split counts the embedding and the loss as a layer each, a middle rank holds the most."""
-        slots = self.cfg.n_layer + (2 if self._asym(lay) else 0)
-        return math.ceil(slots / (lay.pp * lay.vpp)) * lay.vpp
+        return math.ceil(self.pipeline_slots(lay.pp) / (lay.pp * lay.vpp)) * lay.vpp
+
+    def pipeline_slots(self, pp: int) -> int:
+        """Layer slots the pipeline split divides: the layers, plus one each for the embedding and
+        the output layer + loss where the split counts them (and there is a pipeline)."""
+        return self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss and pp > 1 else 0)
 
     def _asym(self, lay: Layout) -> bool:
-        return self.b.pp_split_counts_embedding_and_loss and lay.pp > 1
+        return self.pipeline_slots(lay.pp) > self.cfg.n_layer
 
     def empty_stage(self, pp: int, vpp: int = 1) -> bool:
         """Whether splitting the layers over pp·vpp (virtual) stages, ceil(slots / (pp·vpp)) each,
         leaves the last stage with no layer (pp=35 on 96 layers: 3 each fill 32 stages)."""
         if pp * vpp <= 1:
             return False
-        slots = self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss else 0)
+        slots = self.pipeline_slots(pp)
         return math.ceil(slots / (pp * vpp)) * (pp * vpp - 1) >= slots
 
     def _slowest_stage(self, lay: Layout, ly: LayerCost, hf: float, hb: float) -> tuple[int, bool]:
@@ -414,7 +420,10 @@ class Model:
         lora = L * p["lora_layer"]
         trainable, frozen = (lora, base) if self.b.lora else (base, 0.0)
         w, gr, opt = state_bytes(trainable, frozen, lay.dp * lay.cp, lay.precision,
-                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes)
+                                 fp8_params=self.b.fp8_param_gather, grad_bytes=self.b.grad_bytes,
+                                 sharded=self.stack.fully_sharded)
+        if self.stack.fully_sharded:  # Megatron-FSDP's double buffer: two layers held gathered, 16-bit
+            w += 2 * 2 * (p["lora_layer"] if self.b.lora else p["layer"] / lay.tp)
         logits = lay.mbs * c.seq_len / lay.cp * c.vocab_size / lay.tp * LOGIT_BYTES
         return w, gr, opt, logits
 
@@ -465,12 +474,12 @@ class Model:
         # overlap_param_gather, set in NVIDIA's MLPerf configs): hidden as far as that compute lasts
         dp_exposed = max(0.0, rs - t_b) + max(0.0, ag - t_f)
         if self.stack.fully_sharded:
-            # FSDP2 gathers the parameters again for the backward (resharded after the forward)
+            # FSDP gathers the parameters again for the backward (resharded after the forward)
             dp_exposed = max(0.0, ag - t_f) + max(0.0, ag + rs - t_b)
         opt = (self._rank_params(lay) / (lay.dp * lay.cp) * OPTIMIZER_BYTES_PER_PARAM
                / (g.hbm_bytes_per_s * ELEMWISE_BW_SHARE))
         S = self.stage_layers(lay)
-        if self.stack.fully_sharded:
+        if self.stack.trainer_memory:
             mem = self._trainer_memory(lay)
         else:
             w, gr, os_, logits = self._static_memory(lay)

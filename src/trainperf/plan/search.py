@@ -144,7 +144,7 @@ def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
     if c.n_head % tp or c.kv_heads % tp:
         raise ConfigError(f"--layout: tp={tp} does not divide the {c.n_head} heads / {c.kv_heads} KV heads")
     vpp = fix.get("vpp", 1)
-    if pp * vpp > c.n_layer:
+    if pp * vpp > model.pipeline_slots(pp):
         raise ConfigError(f"--layout: pp={pp}{f' x vpp={vpp}' if vpp > 1 else ''} exceeds the {c.n_layer} layers")
     if model.empty_stage(pp, vpp):
         per = math.ceil(c.n_layer / (pp * vpp))

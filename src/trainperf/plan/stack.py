@@ -3,6 +3,11 @@
 - `megatron`: NVIDIA's Megatron-LM / NeMo, the software of the MLPerf results the model is fitted
   on: the distributed optimizer (ZeRO-1: weights and gradients whole, optimizer state sharded),
   Transformer Engine FP8/FP4, data-parallel traffic overlapped bucket by bucket.
+- `megatron-fsdp`: the same software with Megatron-FSDP (`use_megatron_fsdp`, sharding strategy
+  optim_grads_params) in place of the distributed optimizer: weights, gradients and optimizer state
+  sharded over dp·cp, parameters all-gathered for the forward and again for the backward (two
+  layers' worth held gathered: `fsdp_double_buffer`); the megatron fit's efficiency and overlap.
+  NVIDIA's Megatron-Bridge performance recipes run Llama 3 8B/70B so.
 - `pytorch`: PyTorch-native training as trainperf's own trainer and torchtitan run it: FSDP2
   (weights, gradients and optimizer state sharded over dp·cp, parameters all-gathered for the
   forward and again for the backward), DTensor tensor parallelism, torch.distributed.pipelining
@@ -23,13 +28,18 @@ class Stack:
     fully_sharded: bool  # FSDP2 / ZeRO-3: weights and gradients sharded too
     max_precision: str  # the lowest-precision matmul format the software trains in
     describes: str
+    trainer_memory: bool = False  # memory by trainperf's trainer's accounting (plan/stack_memory.py)
 
 
 STACKS = {
     "megatron": Stack("megatron", False, "fp4", "Megatron-LM/NeMo: distributed optimizer, Transformer Engine, "
                                                 "overlapped communication (what the MLPerf fit describes)"),
+    "megatron-fsdp": Stack("megatron-fsdp", True, "fp4", "Megatron-LM/NeMo with Megatron-FSDP: weights, gradients "
+                                                         "and optimizer state sharded, Transformer Engine (the MLPerf "
+                                                         "fit's efficiency)"),
     "pytorch": Stack("pytorch", True, "fp8", "PyTorch-native: FSDP2, DTensor TP, torch pipelining, torch.compile, "
-                                             "torchao Float8 (trainperf's trainer; fitted on torchtitan's benchmarks)"),
+                                             "torchao Float8 (trainperf's trainer; fitted on torchtitan's benchmarks)",
+                     trainer_memory=True),
 }
 
 

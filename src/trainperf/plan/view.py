@@ -436,3 +436,34 @@ def calibrated_line(path, cal, s: dict) -> str:
             f"{cal.software_sd:.4f} (fit rows), config_sd {_sds(cal.config_sd, cal.config_sd_by_benchmark)} "
             f"({s['band_calibration']['rows']} "
             f"band-calibration rows), 80% band coverage {e['coverage_80_pct']}% on {e['rows']} evaluation rows")
+
+
+def print_published(report) -> None:
+    """`plan validate --published`: each published run predicted at its own layout and stack, then
+    the error by stack and GPU generation."""
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title="published runs outside MLPerf: predicted vs published tokens/s per GPU, each at its own "
+                    "layout and stack")
+    for col in ("source", "model", "GPUs", "stack", "layout", "published", "predicted", "error"):
+        t.add_column(col, justify="right" if col in ("GPUs", "published", "predicted", "error") else "left")
+    for r in report.rows:
+        x = r.run
+        t.add_row(x.table, x.model, f"{x.gpus}x{x.gpu}", x.stack, x.name.split(" ", 2)[2],
+                  f"{x.tokens_per_s_per_gpu:.0f}", "-" if r.error is None else f"{r.predicted:.0f}",
+                  "-" if r.error is None else f"{100 * r.error:+.1f}%")
+    c.print(t)
+    what = {"layout": "not expressible", "memory": "refused by the memory model (it ran)"}
+    for r in report.rows:
+        if r.prediction is None:
+            c.print(f"{what[r.refused]}: {r.run.table} {r.run.name}: {r.reason}")
+    s = Table(title="error of tokens/s per GPU (MAPE; negative signed error: the model is too slow)")
+    for col in ("stack", "generation", "rows", "predicted", "MAPE", "signed"):
+        s.add_column(col, justify="left" if col in ("stack", "generation") else "right")
+    for stack, d in report.groups().items():
+        for gen, g in [("all", d), *d["by_generation"].items()]:
+            s.add_row(stack, gen, str(g["rows"]), str(g["predicted"]), "-" if g["mape"] is None else f"{g['mape']:.1f}%",
+                      "-" if g["mean_signed_pct"] is None else f"{g['mean_signed_pct']:+.1f}%")
+    c.print(s)
+    c.print(f"calibration: {report.calibration}; nothing here is fitted (data/published_runs.csv)")

@@ -268,6 +268,11 @@ def custom_workload(spec: str, seq_len: int | None = None, gbs: int | None = Non
     g = gbs or default_gbs
     if not g:
         raise ConfigError("--gbs: give the global batch (sequences per step) for a model without a recipe")
-    return Benchmark(name=Path(spec).stem if "=" not in spec else "custom", mlperf="", model=model, default_gbs=g,
-                     lora=model.lora_rank > 0, rcp_unit="samples", eval_every_samples=0, eval_samples=0.0,
-                     skip_a=0.0, skip_b=0, model_source=src, recipe=recipe)
+    return model_workload(Path(spec).stem if "=" not in spec else "custom", model, g, src, recipe)
+
+
+def model_workload(name: str, model: ModelConfig, gbs: int, source: str, recipe: str = "") -> Benchmark:
+    """A model that is not an MLPerf benchmark at global batch `gbs`: no RCPs, no evaluations."""
+    return Benchmark(name=name, mlperf="", model=model, default_gbs=gbs, lora=model.lora_rank > 0,
+                     rcp_unit="samples", eval_every_samples=0, eval_samples=0.0, skip_a=0.0, skip_b=0,
+                     model_source=source, recipe=recipe)
