@@ -124,12 +124,7 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     `convergence` replaces the RCP mean with known samples to the target; runs read from logs also
     fix the global batch they used. A model that is not a benchmark (workload.custom_workload) is
     priced at its global batch, for `tokens` when given (else one step), without MLPerf's rules."""
-    if isinstance(bench, Benchmark) and not bench.is_mlperf:
-        b = bench
-    elif isinstance(bench, Benchmark):
-        b = bench if round_ is None or round_.lstrip("v") == bench.round else load_benchmark(bench.name, round_)
-    else:
-        b = load_benchmark(bench, round_)
+    b = _benchmark(bench, round_)
     ceiling = ceiling or max_precision(b.round)
     sw = get_stack(stack)
     if not sw.name == "megatron":
@@ -141,18 +136,9 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     fix = dict(layout or {})
     if "gbs" in fix:
         gbs = fix.pop("gbs")
+    _check_budget(b, tokens, round_, convergence)
     samples = convergence.samples if convergence else None
-    if b.is_mlperf:
-        if tokens is not None:
-            raise ConfigError(f"--tokens: {b.name} trains to its MLPerf quality target (RCPs); a token budget is "
-                              "for --model")
-    else:
-        if round_ is not None:
-            raise ConfigError("--round: MLPerf rounds apply to the benchmarks, not to --model")
-        if convergence is not None:
-            raise ConfigError("--samples/--samples-from: for --model give the budget as --tokens")
-        if tokens is not None and tokens < 1:
-            raise ConfigError(f"--tokens: must be a positive number of tokens, got {tokens}")
+    if not b.is_mlperf:
         gbs = gbs or b.default_gbs
         explore = True  # no published layouts to rank first
         # a token budget; without one the plan prices one step
@@ -163,16 +149,8 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
             raise ConfigError(f"--gbs {gbs}: the runs in --samples-from converged at global batch "
                               f"{convergence.gbs}; samples to converge depend on the batch, so plan at that one")
         gbs = convergence.gbs
-    if "precision" in fix:
-        precision = fix.pop("precision")
-    if precision and precision not in (*cl.gpu.precisions(), FP16):
-        raise ConfigError(f"--precision: {cl.gpu.name} has no {precision} tensor cores "
-                          f"(it has {', '.join(cl.gpu.precisions())})")
-    if precision and precision_rank(precision) > PRECISIONS.index(sw.max_precision):
-        raise ConfigError(f"--precision: the {stack} stack trains no {precision} (lowest: {sw.max_precision})")
-    if precision and precision_rank(precision) > PRECISIONS.index(ceiling):
-        raise ConfigError(f"--precision: MLPerf round {b.round} allows no {precision} (lowest allowed: {ceiling}); "
-                          "give another --round")
+    precision = fix.pop("precision", precision)
+    _check_precision(precision, cl, sw, ceiling, b.round)
     if fix:
         check_layout(fix, model, n_gpus)
     if gbs is not None and gbs < 1:
@@ -189,6 +167,44 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, predictions=[predict(model, e) for e in res.best],
                 seconds=dt, fixed=layout or {}, convergence=convergence, explore=explore, price=price, pue=pue,
                 formats=formats, fastest_unpublished=fast, tokens=tokens, stack=stack)
+
+
+def _benchmark(bench: str | Benchmark, round_: str | None) -> Benchmark:
+    """The benchmark under round `round_`'s rules (a model that is not a benchmark as it is)."""
+    if isinstance(bench, Benchmark) and not bench.is_mlperf:
+        return bench
+    if isinstance(bench, Benchmark):
+        return bench if round_ is None or round_.lstrip("v") == bench.round else load_benchmark(bench.name, round_)
+    return load_benchmark(bench, round_)
+
+
+def _check_budget(b: Benchmark, tokens: float | None, round_: str | None, convergence: Convergence | None) -> None:
+    """A benchmark trains to its MLPerf target; a model to a token budget, without MLPerf's rules."""
+    if b.is_mlperf:
+        if tokens is not None:
+            raise ConfigError(f"--tokens: {b.name} trains to its MLPerf quality target (RCPs); a token budget is "
+                              "for --model")
+        return
+    if round_ is not None:
+        raise ConfigError("--round: MLPerf rounds apply to the benchmarks, not to --model")
+    if convergence is not None:
+        raise ConfigError("--samples/--samples-from: for --model give the budget as --tokens")
+    if tokens is not None and tokens < 1:
+        raise ConfigError(f"--tokens: must be a positive number of tokens, got {tokens}")
+
+
+def _check_precision(precision: str | None, cl, sw, ceiling: str, round_: str) -> None:
+    """A fixed matmul format the GPU has, the software trains in and the round allows."""
+    if not precision:
+        return
+    if precision not in (*cl.gpu.precisions(), FP16):
+        raise ConfigError(f"--precision: {cl.gpu.name} has no {precision} tensor cores "
+                          f"(it has {', '.join(cl.gpu.precisions())})")
+    if precision_rank(precision) > PRECISIONS.index(sw.max_precision):
+        raise ConfigError(f"--precision: the {sw.name} stack trains no {precision} (lowest: {sw.max_precision})")
+    if precision_rank(precision) > PRECISIONS.index(ceiling):
+        raise ConfigError(f"--precision: MLPerf round {round_} allows no {precision} (lowest allowed: {ceiling}); "
+                          "give another --round")
 
 
 def _no_layout(model: Model, res, n_gpus: int, gbs: int | None, ceiling: str, precision: str | None,
