@@ -17,11 +17,12 @@ from pathlib import Path
 
 from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
-from trainperf.plan.hardware import cluster, gpu_for_result
+from trainperf.plan.evidence import submitted as submitted_configs
+from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.results import FIT_SUBMITTERS, Result, load_results, submitter_key
 from trainperf.plan.validate import Predictor, band_sd
-from trainperf.plan.workload import custom_workload
+from trainperf.plan.workload import custom_workload, max_precision
 
 PARAMS = {  # name -> (lower, upper) bounds for the fit
     "eff:hopper": (0.2, 0.95), "eff:blackwell": (0.2, 0.95), "eff:blackwell_ultra": (0.2, 0.95),
@@ -41,8 +42,9 @@ class Refit:
         self.layouts: dict[Result, Layout] = {}
 
     def search(self, r: Result, cal: Calibration) -> bool:
-        """Search row `r`'s layout under `cal`; False when none runs."""
-        row = self.pred.predict(r, cal)
+        """Search row `r`'s layout under `cal`, in the format its own configs name; False when none
+        runs."""
+        row = self.pred.predict(r, cal, precision=own_precision(r))
         if row.prediction is None:
             return False
         self.layouts[r] = row.prediction.layout
@@ -115,10 +117,34 @@ def fit(calib: Calibration, results: list[Result] | None = None, rounds: int = 3
                    fit_rows=len(rows), source="trainperf plan calibrate")
 
 
+def own_precision(r: Result) -> str | None:
+    """The one matmul format row `r`'s own configs name, where they name one its GPU has and its
+    round allows; None where they name none or both (an FP8 and an FP4 variant shipped). A row that
+    ran FP8 priced at the FP4 rate would pull the fitted efficiency down."""
+    g = gpu_for_result(r.accelerator)
+    if g is None:
+        return None
+    ps = {c.precision for c in submitted_configs(r.round, r.folder, r.benchmark, g.key, r.n_gpus) if c.precision}
+    p = ps.pop() if len(ps) == 1 else None
+    ok = p in g.precisions() and PRECISIONS.index(p) <= PRECISIONS.index(max_precision(r.round)) if p else False
+    return p if ok else None
+
+
+def may_run_fp4(r: Result) -> bool:
+    """Whether fit row `r` may be priced in FP4: its GPU has FP4, its round allows it, and its own
+    configs do not name FP8 alone."""
+    g = gpu_for_result(r.accelerator)
+    return (g is not None and "fp4" in g.precisions() and max_precision(r.round) == "fp4"
+            and own_precision(r) in (None, "fp4"))
+
+
 def fitted_params(results: list[Result]) -> list[str]:
-    gens = {gpu_for_result(r.accelerator).generation for r in results
-            if r.fit and gpu_for_result(r.accelerator) is not None}
-    return [n for n in PARAMS if not n.startswith("eff:") or n[4:] in gens]
+    """The parameters the fit rows among `results` can tell: each generation's efficiency where
+    there are rows of it, `fp4_share` where a row may run FP4 (else it would wander unconstrained)."""
+    rows = [r for r in results if r.fit and gpu_for_result(r.accelerator) is not None]
+    gens = {gpu_for_result(r.accelerator).generation for r in rows}
+    fp4 = any(may_run_fp4(r) for r in rows)
+    return [n for n in PARAMS if (n[4:] in gens if n.startswith("eff:") else n != "fp4_share" or fp4)]
 
 
 def _log_residuals(pred: Predictor, rows: list[Result]) -> tuple[list[float], list[float], list[Result]]:
@@ -177,98 +203,23 @@ def recalibrate(log=lambda msg: None) -> tuple[Calibration, dict]:
     from trainperf.plan.calibration import parse_calibration
     from trainperf.plan.validate import summary, validate
 
-    cal = fit(Calibration(), log=log)
-    cal = measure_spread(parse_calibration(cal.to_toml()))
-    cal = measure_band(parse_calibration(cal.to_toml()))
+    cal = fit_megatron(load_results(), log=log)
     cal = fit_pytorch(parse_calibration(cal.to_toml()))
     return cal, summary(validate(cal, submitted=False))
 
 
-# -- the pytorch stack: torchtitan's published Llama 3.1 benchmarks on H100 ------------------
+def fit_megatron(results: list[Result], log=lambda msg: None) -> Calibration:
+    """The megatron stack's calibration from `results`: the parameters and NVIDIA's spread on its
+    fit rows (`fit_spread`), then the configuration spread on its band-calibration half, each step
+    reading the previous one's values as calibration.toml stores them. `plan calibrate` passes the
+    whole catalogue; the leave-one-group-out check (plan/holdout.py) passes it less one group."""
+    from trainperf.plan.calibration import parse_calibration
 
-TORCHTITAN = Path(__file__).parent / "data" / "torchtitan_h100.csv"
-TORCHTITAN_GPU = "h100_96gb"  # the benchmarks' Grand Teton H100 (hardware.toml)
-# Llama 3.1's shapes (Meta's config.json of Llama-3.1-8B/70B/405B: layers, hidden, heads, KV heads,
-# MLP, vocabulary); the sequence is each benchmark row's
-LLAMA31 = {
-    "llama31_8b": "layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,family=llama",
-    "llama31_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192,family=llama",
-    "llama31_405b": "layers=126,d_model=16384,heads=128,kv_heads=8,ffn=53248,vocab=128256,seq=8192,family=llama",
-}
-PYTORCH_PARAMS = {"scale": (0.3, 1.5), "overlap": (0.0, 1.0)}
+    return measure_band(parse_calibration(fit_spread(results, log).to_toml()), results)
 
 
-@dataclass(frozen=True)
-class TitanRow:
-    """One row of torchtitan's benchmark tables: its layout and what it measured."""
+def fit_spread(results: list[Result], log=lambda msg: None) -> Calibration:
+    """The parameters fitted on the fit rows of `results`, and NVIDIA's spread measured around them."""
+    from trainperf.plan.calibration import parse_calibration
 
-    table: int
-    model: str
-    gpus: int
-    layout: Layout
-    seq_len: int
-    compiled: bool
-    async_tp: bool
-    tps_per_gpu: float
-    memory_gib: float
-    source: str
-
-    @property
-    def name(self) -> str:
-        L = self.layout
-        return (f"table {self.table} {self.model} {self.gpus} GPUs fsdp {L.dp} tp {L.tp} pp {L.pp} cp {L.cp} "
-                f"seq {self.seq_len} {L.precision}{' compiled' if self.compiled else ''}")
-
-
-def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
-    p = path or TORCHTITAN
-    out = []
-    with open(p, newline="", encoding="utf-8") as f:
-        for i, r in enumerate(csv.DictReader(f), start=2):
-            try:
-                lay = Layout(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), dp=int(r["fsdp"]), cp=int(r["cp"]),
-                             mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
-                             precision="fp8" if r["float8"] == "true" else "bf16")
-                out.append(TitanRow(int(r["table"]), r["model"], int(r["gpus"]), lay, int(r["seq_len"]),
-                                    r["compile"] == "true", r["async_tp"] == "true", float(r["tps_per_gpu"]),
-                                    float(r["memory_gib"]), r["source"]))
-            except (KeyError, ValueError) as e:
-                raise ConfigError(f"{p}:{i}: bad torchtitan row ({e})") from None
-    return out
-
-
-def titan_estimate(row: TitanRow, cal: Calibration) -> Estimate:
-    """Row `row` priced on the pytorch stack at its own layout."""
-    b = custom_workload(LLAMA31[row.model], seq_len=row.seq_len, gbs=row.layout.gbs)
-    m = Model(b, cluster(TORCHTITAN_GPU, row.gpus), cal, samples=float(row.layout.gbs), stack="pytorch")
-    return m.estimate(row.layout)
-
-
-def titan_error(row: TitanRow, cal: Calibration) -> float:
-    """Signed relative error of the predicted tokens/s per GPU."""
-    return titan_estimate(row, cal).tokens_per_s_per_gpu / row.tps_per_gpu - 1
-
-
-def _set_pytorch(cal: Calibration, name: str, v: float) -> Calibration:
-    key = "stack_eff_scale" if name == "scale" else "stack_overlap"
-    return replace(cal, **{key: {**getattr(cal, key), "pytorch": v}})
-
-
-def fit_pytorch(calib: Calibration, rows: list[TitanRow] | None = None) -> Calibration:
-    """The pytorch stack's efficiency (a share of the megatron fit's) and overlap, fitted by
-    coordinate-wise golden-section search on torchtitan's compiled rows (eager rows are not the
-    stack trainperf runs): mean |log| error of tokens/s per GPU, each row at its own layout."""
-    rows = [r for r in (rows if rows is not None else load_torchtitan()) if r.compiled]
-    if not rows:
-        raise ConfigError("calibrate: no compiled torchtitan rows to fit the pytorch stack on")
-
-    def loss(cal: Calibration) -> float:
-        return sum(abs(math.log(1 + titan_error(r, cal))) for r in rows) / len(rows)
-
-    cal = _set_pytorch(_set_pytorch(calib, "scale", 1.0), "overlap", calib.overlap)
-    for _sweep in range(3):
-        for name, (lo, hi) in PYTORCH_PARAMS.items():
-            cal = _set_pytorch(cal, name, _golden(lambda v: loss(_set_pytorch(cal, name, v)), lo, hi))
-    on = (f"{len(rows)} compiled rows of torchtitan's Llama 3.1 H100 benchmarks (data/torchtitan_h100.csv), "
-          "tokens/s per GPU at each row's layout")
-    return replace(cal, stack_fitted_on={**cal.stack_fitted_on, "pytorch": on})
+    return measure_spread(parse_calibration(fit(Calibration(), results, log=log).to_toml()), results)
