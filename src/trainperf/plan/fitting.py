@@ -223,3 +223,93 @@ def fit_spread(results: list[Result], log=lambda msg: None) -> Calibration:
     from trainperf.plan.calibration import parse_calibration
 
     return measure_spread(parse_calibration(fit(Calibration(), results, log=log).to_toml()), results)
+
+
+# -- the pytorch stack: torchtitan's published Llama 3.1 benchmarks on H100 ------------------
+
+TORCHTITAN = Path(__file__).parent / "data" / "torchtitan_h100.csv"
+TORCHTITAN_GPU = "h100_96gb"  # the benchmarks' Grand Teton H100 (hardware.toml)
+# Llama 3.1's shapes (Meta's config.json of Llama-3.1-8B/70B/405B: layers, hidden, heads, KV heads,
+# MLP, vocabulary); the sequence is each benchmark row's
+LLAMA31 = {
+    "llama31_8b": "layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,family=llama",
+    "llama31_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192,family=llama",
+    "llama31_405b": "layers=126,d_model=16384,heads=128,kv_heads=8,ffn=53248,vocab=128256,seq=8192,family=llama",
+}
+PYTORCH_PARAMS = {"scale": (0.3, 1.5), "overlap": (0.0, 1.0)}
+
+
+@dataclass(frozen=True)
+class TitanRow:
+    """One row of torchtitan's benchmark tables: its layout and what it measured."""
+
+    table: int
+    model: str
+    gpus: int
+    layout: Layout
+    seq_len: int
+    compiled: bool
+    async_tp: bool
+    tps_per_gpu: float
+    memory_gib: float
+    source: str
+
+    @property
+    def name(self) -> str:
+        L = self.layout
+        return (f"table {self.table} {self.model} {self.gpus} GPUs fsdp {L.dp} tp {L.tp} pp {L.pp} cp {L.cp} "
+                f"seq {self.seq_len} {L.precision}{' compiled' if self.compiled else ''}")
+
+
+def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
+    p = path or TORCHTITAN
+    out = []
+    with open(p, newline="", encoding="utf-8") as f:
+        for i, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                lay = Layout(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), dp=int(r["fsdp"]), cp=int(r["cp"]),
+                             mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
+                             precision="fp8" if r["float8"] == "true" else "bf16")
+                out.append(TitanRow(int(r["table"]), r["model"], int(r["gpus"]), lay, int(r["seq_len"]),
+                                    r["compile"] == "true", r["async_tp"] == "true", float(r["tps_per_gpu"]),
+                                    float(r["memory_gib"]), r["source"]))
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"{p}:{i}: bad torchtitan row ({e})") from None
+    return out
+
+
+def titan_estimate(row: TitanRow, cal: Calibration) -> Estimate:
+    """Row `row` priced on the pytorch stack at its own layout."""
+    b = custom_workload(LLAMA31[row.model], seq_len=row.seq_len, gbs=row.layout.gbs)
+    m = Model(b, cluster(TORCHTITAN_GPU, row.gpus), cal, samples=float(row.layout.gbs), stack="pytorch")
+    return m.estimate(row.layout)
+
+
+def titan_error(row: TitanRow, cal: Calibration) -> float:
+    """Signed relative error of the predicted tokens/s per GPU."""
+    return titan_estimate(row, cal).tokens_per_s_per_gpu / row.tps_per_gpu - 1
+
+
+def _set_pytorch(cal: Calibration, name: str, v: float) -> Calibration:
+    key = "stack_eff_scale" if name == "scale" else "stack_overlap"
+    return replace(cal, **{key: {**getattr(cal, key), "pytorch": v}})
+
+
+def fit_pytorch(calib: Calibration, rows: list[TitanRow] | None = None) -> Calibration:
+    """The pytorch stack's efficiency (a share of the megatron fit's) and overlap, fitted by
+    coordinate-wise golden-section search on torchtitan's compiled rows (eager rows are not the
+    stack trainperf runs): mean |log| error of tokens/s per GPU, each row at its own layout."""
+    rows = [r for r in (rows if rows is not None else load_torchtitan()) if r.compiled]
+    if not rows:
+        raise ConfigError("calibrate: no compiled torchtitan rows to fit the pytorch stack on")
+
+    def loss(cal: Calibration) -> float:
+        return sum(abs(math.log(1 + titan_error(r, cal))) for r in rows) / len(rows)
+
+    cal = _set_pytorch(_set_pytorch(calib, "scale", 1.0), "overlap", calib.overlap)
+    for _sweep in range(3):
+        for name, (lo, hi) in PYTORCH_PARAMS.items():
+            cal = _set_pytorch(cal, name, _golden(lambda v: loss(_set_pytorch(cal, name, v)), lo, hi))
+    on = (f"{len(rows)} compiled rows of torchtitan's Llama 3.1 H100 benchmarks (data/torchtitan_h100.csv), "
+          "tokens/s per GPU at each row's layout")
+    return replace(cal, stack_fitted_on={**cal.stack_fitted_on, "pytorch": on})

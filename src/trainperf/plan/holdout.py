@@ -19,7 +19,7 @@ from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import gpu_for_result
 from trainperf.plan.results import Result, load_results, submitter_key
-from trainperf.plan.validate import Predictor, Row, _round_key, _stats
+from trainperf.plan.validate import Predictor, Row, _round_key, _stats, row_dict
 
 GROUPINGS = {  # --holdout name -> a row's group (None: the row is in no group, never predicted)
     "round": lambda r: r.round,
@@ -49,7 +49,8 @@ class Fold:
                 "refit": None if cal is None else {
                     "fit_rows": cal.fit_rows, "gemm_eff": {k: round(v, 4) for k, v in sorted(cal.gemm_eff.items())},
                     "fp4_share": round(cal.fp4_share, 4), "software_sd": cal.software_sd,
-                    "config_sd": cal.config_sd}}
+                    "config_sd": cal.config_sd},
+                "rows": [row_dict(r) for r in self.rows]}
 
 
 @dataclass
