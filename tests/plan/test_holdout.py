@@ -74,6 +74,7 @@ def test_the_numbers_are_the_folds_predictions(recorded):
         inside = sum(r.prediction.minutes_p10 <= r.result.minutes <= r.prediction.minutes_p90 for r in pred)
         assert g["coverage_80_pct"] == pytest.approx(100 * inside / len(pred), abs=0.06)
     assert d["overall"]["all"]["rows"] == sum(g["rows"] for g in d["groups"])
+    assert [len(g["predictions"]) for g in d["groups"]] == [g["rows"] + g["skipped"] for g in d["groups"]]
 
 
 def test_a_fold_with_no_fit_rows_left_says_so(recorded):
@@ -85,6 +86,9 @@ def test_a_fold_with_no_fit_rows_left_says_so(recorded):
     others = [f for f in h.folds if f.group != "nvidia"]
     assert others and all(f.calibration is not None for f in others)
     assert len(recorded["fit"]) == 2  # one fit for every fold that keeps all of NVIDIA's rows, one failed
+    # Intel's Gaudi rows have no catalog GPU: no group, no refit for nothing
+    assert any(r.submitter == "Intel-HabanaLabs" for r in rows)
+    assert "intel-habanalabs" not in {f.group for f in h.folds}
 
 
 def test_groupings_and_a_bad_one():

@@ -21,7 +21,7 @@ from trainperf.plan.hardware import gpu_for_result
 from trainperf.plan.results import Result, load_results, submitter_key
 from trainperf.plan.validate import Predictor, Row, _round_key, _stats, row_dict
 
-GROUPINGS = {  # --holdout name -> a row's group (None: the row is in no group, never predicted)
+GROUPINGS = {  # --holdout name -> a row's group
     "round": lambda r: r.round,
     "generation": lambda r: gpu.generation if (gpu := gpu_for_result(r.accelerator)) else None,
     "submitter": lambda r: submitter_key(r.submitter),
@@ -50,7 +50,7 @@ class Fold:
                     "fit_rows": cal.fit_rows, "gemm_eff": {k: round(v, 4) for k, v in sorted(cal.gemm_eff.items())},
                     "fp4_share": round(cal.fp4_share, 4), "software_sd": cal.software_sd,
                     "config_sd": cal.config_sd},
-                "rows": [row_dict(r) for r in self.rows]}
+                "predictions": [row_dict(r) for r in self.rows]}
 
 
 @dataclass
@@ -107,7 +107,8 @@ def holdout(by: str, results: list[Result] | None = None, log=lambda msg: None) 
         raise ConfigError(f"--holdout: one of {', '.join(GROUPINGS)}, not '{by}'")
     allr = results if results is not None else load_results()
     key = GROUPINGS[by]
-    groups = sorted({g for r in allr if (g := key(r)) is not None}, key=lambda g: _order(by, g))
+    # a group is formed only by rows the model can price: a submitter with TPUs or Gaudis alone is none
+    groups = sorted({key(r) for r in allr if gpu_for_result(r.accelerator) is not None}, key=lambda g: _order(by, g))
     refit = _Refits()
     out = Holdout(by)
     for g in groups:
