@@ -361,11 +361,3 @@ def test_the_fit_prices_a_row_in_the_format_its_own_configs_name():
     assert "fp4_share" not in fitted_params(hopper) and "eff:hopper" in fitted_params(hopper)
     assert "eff:blackwell" not in fitted_params(hopper)
     assert "fp4_share" in fitted_params(list(nv.values()))
-
-
-def test_a_generation_without_fit_rows_gets_the_mean_fitted_efficiency():
-    from trainperf.plan.calibration import DEFAULT_EFF, Calibration
-
-    cal = Calibration(gemm_eff={"hopper": 0.5, "blackwell": 0.9})
-    assert cal.efficiency("blackwell_ultra") == pytest.approx(0.7) and cal.efficiency("hopper") == 0.5
-    assert Calibration().efficiency("hopper") == DEFAULT_EFF

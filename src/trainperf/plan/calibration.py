@@ -51,13 +51,7 @@ class Calibration:
     source: str = "defaults"
 
     def efficiency(self, generation: str) -> float:
-        """The generation's fitted efficiency; a generation the fit had no rows of gets the mean of
-        the fitted ones, which the leave-one-generation-out check measures (docs/plan-validation.md),
-        rather than a guess no result measured."""
-        if generation in self.gemm_eff:
-            return self.gemm_eff[generation]
-        fitted = [v for k, v in self.gemm_eff.items() if k != "default"]
-        return self.gemm_eff.get("default", sum(fitted) / len(fitted) if fitted else DEFAULT_EFF)
+        return self.gemm_eff.get(generation, self.gemm_eff.get("default", DEFAULT_EFF))
 
     def efficiency_for(self, generation: str, stack: str = "megatron") -> float:
         return self.efficiency(generation) * self.stack_eff_scale.get(stack, 1.0)

@@ -121,5 +121,5 @@ def holdout(by: str, results: list[Result] | None = None, log=lambda msg: None) 
             continue
         pred = Predictor(cal)
         out.folds.append(Fold(g, [pred.predict(r) for r in mine], cal))
-        log(f"{by} {g}: {len(mine)} rows predicted, refit on {cal.fit_rows} fit rows")
+        log(f"{by} {g}: {len(out.folds[-1].predicted)} of {len(mine)} rows predicted, refit on {cal.fit_rows} fit rows")
     return out
