@@ -2,6 +2,7 @@
 its numbers are its rows' predictions. The refit is stubbed here (the real one takes minutes; the
 fit itself is tested in test_validate.py): the stubs record what each fold's fit and band read."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -97,3 +98,27 @@ def test_groupings_and_a_bad_one():
     assert GROUPINGS["submitter"](replace(r, submitter="Azure+NVIDIA")) == "azure"
     with pytest.raises(ConfigError, match="--holdout"):
         holdout("vendor", [])
+
+
+def test_the_command_refuses_a_bad_grouping_and_options_it_ignores(capsys):
+    """Bad input is exit 2 with one line, before any refit."""
+    from trainperf.cli.main import main
+
+    assert main(["plan", "validate", "--holdout", "vendor"]) == 2
+    assert "--holdout: one of round, generation" in capsys.readouterr().err
+    assert main(["plan", "validate", "--holdout", "round", "--benchmark", "gpt3"]) == 2
+    assert "no --calibrate or --benchmark" in capsys.readouterr().err
+
+
+def test_the_command_renders_the_folds(recorded, monkeypatch, capsys):
+    from trainperf.cli.main import main
+    from trainperf.plan import holdout as mod
+
+    gpt3 = _rows("gpt3")
+    monkeypatch.setattr(mod, "load_results", lambda: gpt3)
+    assert main(["plan", "validate", "--holdout", "round", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["holdout"] == "round" and [g["group"] for g in d["groups"]] == ["3.0", "3.1", "4.0", "4.1"]
+    assert main(["plan", "validate", "--holdout", "round"]) == 0
+    out = capsys.readouterr().out
+    assert "leave one round out" in out and "overall, others" in out
