@@ -98,6 +98,17 @@ def test_fit_lowers_the_loss_on_its_rows():
     fitted = fit(start, sub, rounds=1)
     assert _loss(p, sub, fitted) < before
     assert fitted.fit_rows == len(sub) and "held out" in fitted.fitted_on
+    # the mean the fit priced generations not fitted yet at is not shipped: a plan for one falls back to 0.6
+    assert "default" not in fitted.gemm_eff and fitted.efficiency("ampere") == 0.6
+
+
+def test_while_fitting_a_generation_not_fitted_yet_is_priced_at_the_fitted_mean():
+    from trainperf.plan.calibration import Calibration
+    from trainperf.plan.fitting import _set
+
+    cal = _set(_set(Calibration(), "eff:hopper", 0.5), "eff:blackwell", 0.7)
+    cal = _set(cal, "eff:hopper", 0.9)  # (0.9 + 0.7) / 2, not the 0.6 a plan falls back to
+    assert cal.efficiency("blackwell_ultra") == pytest.approx(0.8) and cal.efficiency("hopper") == 0.9
 
 
 def test_the_articles_checks_as_run_reproduce_the_published_minutes_and_speedup():
