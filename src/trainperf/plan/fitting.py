@@ -5,7 +5,9 @@ apart from the path a user's plan takes.
   alternating the layout search per row with coordinate-wise golden-section search, layouts fixed;
 - `measure_spread`: NVIDIA's own spread around the fitted model (`software_sd`);
 - `measure_band`: the split-conformal configuration spread (`config_sd`) on the band-calibration
-  half of the held-out rows; the evaluation half is where `plan validate` reports its coverage.
+  half of the held-out rows; the evaluation half is where `plan validate` reports its coverage;
+- `fit_megatron`: the three in turn on a set of results, for `plan calibrate` (the whole catalogue)
+  and for `plan validate --holdout` (the catalogue less one group, plan/holdout.py).
 """
 
 from __future__ import annotations
