@@ -244,3 +244,16 @@ def test_pipeline_split_counting_embedding_and_loss():
     # without pipeline parallelism the accounting changes nothing
     flat = Layout(tp=8, pp=1, dp=32, cp=2, mbs=1, gbs=1152, precision="fp8")
     assert asym.stage_layers(flat) == plain.stage_layers(flat) == 126
+
+
+def test_the_formats_nvidia_ran_at_the_closest_gpu_count_rank_first():
+    """v5.1: NVIDIA ran the 8B and the LoRA in FP4 on 8 GB200s but in FP8 on 72 and 512; per GPU
+    kind alone a 72-GPU plan would prefer FP4, which no one ran there."""
+    from trainperf.plan.evidence import proven_precisions
+
+    assert proven_precisions("llama31_8b", "gb200", "5.1", 8) == {"fp4"}
+    assert proven_precisions("llama31_8b", "gb200", "5.1", 72) == {"fp8"}
+    assert proven_precisions("llama31_8b", "gb300", "5.1", 400) == {"fp8"}  # 512 is closest
+    assert proven_precisions("llama2_70b_lora", "gb300", "5.1", 16) == {"fp4"}  # 8 is closest
+    assert proven_precisions("llama31_8b", "gb200", "5.1") == {"fp4", "fp8"}  # no count: the kind's
+    assert proven_precisions("llama31_8b", "b300", "5.1", 8) is None

@@ -115,6 +115,8 @@ def add_parser(sub, common) -> None:
     v.add_argument("--published", action="store_true",
                    help="predict published runs outside MLPerf (tokens/s per GPU, each at its layout and stack)")
     v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.add_argument("--holdout", metavar="BY", default=None,
+                   help="round, generation, submitter or benchmark: refit without each group, predict it (minutes)")
     v.set_defaults(handler=cmd_validate, stack="megatron")  # MLPerf's results ran on Megatron/NeMo
 
     s = verbs.add_parser("sweep", parents=[common], help="predict over GPU kinds and counts")
@@ -218,8 +220,12 @@ def cmd_validate(args) -> int:
     from trainperf.plan import view
     from trainperf.plan.validate import run_validation
 
+    if args.published and args.holdout:
+        raise UsageError("--published and --holdout: one at a time")
     if args.published:
         return _validate_published(args)
+    if args.holdout:
+        return _holdout(args)
     val = run_validation(_calibration(args)[0], args.only)
     if args.json:
         print(json.dumps(val.to_dict(), indent=1))
@@ -240,6 +246,18 @@ def _validate_published(args) -> int:
         print(json.dumps(report.to_dict(), indent=1))
     else:
         view.print_published(report)
+    return 0
+
+
+def _holdout(args) -> int:
+    """`plan validate --holdout BY`: leave-one-group-out refits of the shipped calibration."""
+    from trainperf.plan import view
+    from trainperf.plan.holdout import holdout
+
+    if args.calibrate or args.only:
+        raise UsageError("--holdout refits the calibration on the whole catalogue: no --calibrate or --benchmark")
+    d = holdout(args.holdout, log=lambda m: print(m, file=sys.stderr)).to_dict()
+    print(json.dumps(d, indent=1)) if args.json else view.print_holdout(d)
     return 0
 
 

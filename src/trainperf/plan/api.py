@@ -157,7 +157,7 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
         raise ConfigError(f"--gbs: must be >= 1, got {gbs}")
     t0 = time.perf_counter()
     proven = None if explore else proven_shapes(b, cl)
-    formats = None if explore else proven_precisions(b.mlperf, cl.gpu.key, b.round)
+    formats = None if explore else proven_precisions(b.mlperf, cl.gpu.key, b.round, n_gpus)
     res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven,
                  proven_precisions=formats)
     dt = time.perf_counter() - t0

@@ -17,8 +17,9 @@ configurations, nor by a later round's. A configuration published on a GPU kind 
 also vouches for the same pipeline and context split at a smaller tp (`proven_shapes`).
 
 Formats the same way, per GPU kind: where NVIDIA published the benchmark on that GPU kind in R,
-the formats it ran there rank first (in v5.1 it ran the 405B in FP4 on GB200 and GB300, in FP8 on
-the HGX B200); where it did not, no format is preferred.
+the formats it ran there at the GPU count closest to the plan's rank first (in v5.1 it ran the 405B
+in FP4 on GB200 and GB300, in FP8 on the HGX B200; the 8B in FP4 on 8 GB200s, in FP8 on 72 and 512);
+where it did not, no format is preferred.
 """
 
 from __future__ import annotations
@@ -132,13 +133,17 @@ def evidence(benchmark: str, family: str, tp: int, pp: int, cp: int, n_gpus: int
     return min(cands, key=lambda p: (abs(p.gpus - n_gpus), p.round, p.tp))
 
 
-def proven_precisions(benchmark: str, gpu: str, round_: str) -> frozenset[str] | None:
+def proven_precisions(benchmark: str, gpu: str, round_: str, n_gpus: int | None = None) -> frozenset[str] | None:
     """The matmul formats NVIDIA ran `benchmark` in on GPU kind `gpu` in round `round_`, or None
-    when it published no configuration of it there (then no format is preferred)."""
-    out = frozenset(p.precision for p in published() if p.benchmark == benchmark and p.gpu == gpu
-                    and p.submitter in EVIDENCE_SUBMITTERS and p.precision
-                    and version_key(p.round) == version_key(round_))
-    return out or None
+    when it published no configuration of it there (then no format is preferred). With `n_gpus`,
+    those of its configurations closest in GPU count: in v5.1 NVIDIA ran the 8B and the LoRA in
+    FP4 on 8 GB200/GB300 but in FP8 on 72 and 512, so the kind alone would price those as FP4."""
+    pubs = [p for p in published() if p.benchmark == benchmark and p.gpu == gpu
+            and p.submitter in EVIDENCE_SUBMITTERS and p.precision and version_key(p.round) == version_key(round_)]
+    if pubs and n_gpus is not None:
+        near = min(abs(p.gpus - n_gpus) for p in pubs)
+        pubs = [p for p in pubs if abs(p.gpus - n_gpus) == near]
+    return frozenset(p.precision for p in pubs) or None
 
 
 def submitted(round_: str, submitter: str, benchmark: str, gpu: str, n_gpus: int) -> list[Published]:

@@ -5,7 +5,9 @@ apart from the path a user's plan takes.
   alternating the layout search per row with coordinate-wise golden-section search, layouts fixed;
 - `measure_spread`: NVIDIA's own spread around the fitted model (`software_sd`);
 - `measure_band`: the split-conformal configuration spread (`config_sd`) on the band-calibration
-  half of the held-out rows; the evaluation half is where `plan validate` reports its coverage.
+  half of the held-out rows; the evaluation half is where `plan validate` reports its coverage;
+- `fit_megatron`: the three in turn on a set of results, for `plan calibrate` (the whole catalogue)
+  and for `plan validate --holdout` (the catalogue less one group, plan/holdout.py).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from pathlib import Path
 
 from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
-from trainperf.plan.hardware import cluster, gpu_for_result
+from trainperf.plan.evidence import submitted as submitted_configs
+from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.results import FIT_SUBMITTERS, Result, load_results, submitter_key
 from trainperf.plan.validate import Predictor, band_sd
-from trainperf.plan.workload import custom_workload
+from trainperf.plan.workload import custom_workload, max_precision
 
 PARAMS = {  # name -> (lower, upper) bounds for the fit
     "eff:hopper": (0.2, 0.95), "eff:blackwell": (0.2, 0.95), "eff:blackwell_ultra": (0.2, 0.95),
@@ -41,8 +44,9 @@ class Refit:
         self.layouts: dict[Result, Layout] = {}
 
     def search(self, r: Result, cal: Calibration) -> bool:
-        """Search row `r`'s layout under `cal`; False when none runs."""
-        row = self.pred.predict(r, cal)
+        """Search row `r`'s layout under `cal`, in the format its own configs name; False when none
+        runs."""
+        row = self.pred.predict(r, cal, precision=own_precision(r))
         if row.prediction is None:
             return False
         self.layouts[r] = row.prediction.layout
@@ -61,10 +65,15 @@ def _get(cal: Calibration, name: str) -> float:
 
 
 def _set(cal: Calibration, name: str, v: float) -> Calibration:
+    """`cal` with parameter `name` at `v`. While fitting, a generation not fitted yet is priced at
+    the mean of those fitted so far (gemm_eff's "default", dropped when the fit ends): from a fixed
+    0.6 instead, the first sweep pulls the fitted generations away from it and the fit settles in a
+    worse of its near-equal minima (fit-row loss 0.0641 against 0.0626 after three rounds;
+    docs/plan-validation.md)."""
     if name.startswith("eff:"):
-        eff = dict(cal.gemm_eff)
+        eff = {g: x for g, x in cal.gemm_eff.items() if g != "default"}
         eff[name[4:]] = v
-        return replace(cal, gemm_eff=eff)
+        return replace(cal, gemm_eff={**eff, "default": sum(eff.values()) / len(eff)})
     return replace(cal, **{name: v})
 
 
@@ -110,15 +119,40 @@ def fit(calib: Calibration, results: list[Result] | None = None, rounds: int = 3
                 best = _golden(lambda v: _loss(refit, usable, _set(cal, name, v)), lo, hi)
                 cal = _set(cal, name, best)
         log(f"round {k + 1}: mean |log error| on {len(usable)} fit rows = {_loss(refit, usable, cal):.4f}")
+    cal = replace(cal, gemm_eff={g: v for g, v in cal.gemm_eff.items() if g != "default"})
     return replace(cal, fitted_on=f"{len(rows)} MLPerf results submitted by {', '.join(FIT_SUBMITTERS)} "
                                   "on catalog GPUs (data/mlperf_results.csv); all other submitters held out",
                    fit_rows=len(rows), source="trainperf plan calibrate")
 
 
+def own_precision(r: Result) -> str | None:
+    """The one matmul format row `r`'s own configs name, where they name one its GPU has and its
+    round allows; None where they name none or both (an FP8 and an FP4 variant shipped). A row that
+    ran FP8 priced at the FP4 rate would pull the fitted efficiency down."""
+    g = gpu_for_result(r.accelerator)
+    if g is None:
+        return None
+    ps = {c.precision for c in submitted_configs(r.round, r.folder, r.benchmark, g.key, r.n_gpus) if c.precision}
+    p = ps.pop() if len(ps) == 1 else None
+    ok = p in g.precisions() and PRECISIONS.index(p) <= PRECISIONS.index(max_precision(r.round)) if p else False
+    return p if ok else None
+
+
+def may_run_fp4(r: Result) -> bool:
+    """Whether fit row `r` may be priced in FP4: its GPU has FP4, its round allows it, and its own
+    configs do not name FP8 alone."""
+    g = gpu_for_result(r.accelerator)
+    return (g is not None and "fp4" in g.precisions() and max_precision(r.round) == "fp4"
+            and own_precision(r) in (None, "fp4"))
+
+
 def fitted_params(results: list[Result]) -> list[str]:
-    gens = {gpu_for_result(r.accelerator).generation for r in results
-            if r.fit and gpu_for_result(r.accelerator) is not None}
-    return [n for n in PARAMS if not n.startswith("eff:") or n[4:] in gens]
+    """The parameters the fit rows among `results` can tell: each generation's efficiency where
+    there are rows of it, `fp4_share` where a row may run FP4 (else it would wander unconstrained)."""
+    rows = [r for r in results if r.fit and gpu_for_result(r.accelerator) is not None]
+    gens = {gpu_for_result(r.accelerator).generation for r in rows}
+    fp4 = any(may_run_fp4(r) for r in rows)
+    return [n for n in PARAMS if (n[4:] in gens if n.startswith("eff:") else n != "fp4_share" or fp4)]
 
 
 def _log_residuals(pred: Predictor, rows: list[Result]) -> tuple[list[float], list[float], list[Result]]:
@@ -177,11 +211,26 @@ def recalibrate(log=lambda msg: None) -> tuple[Calibration, dict]:
     from trainperf.plan.calibration import parse_calibration
     from trainperf.plan.validate import summary, validate
 
-    cal = fit(Calibration(), log=log)
-    cal = measure_spread(parse_calibration(cal.to_toml()))
-    cal = measure_band(parse_calibration(cal.to_toml()))
+    cal = fit_megatron(load_results(), log=log)
     cal = fit_pytorch(parse_calibration(cal.to_toml()))
     return cal, summary(validate(cal, submitted=False))
+
+
+def fit_megatron(results: list[Result], log=lambda msg: None) -> Calibration:
+    """The megatron stack's calibration from `results`: the parameters and NVIDIA's spread on its
+    fit rows (`fit_spread`), then the configuration spread on its band-calibration half, each step
+    reading the previous one's values as calibration.toml stores them. `plan calibrate` passes the
+    whole catalogue; the leave-one-group-out check (plan/holdout.py) passes it less one group."""
+    from trainperf.plan.calibration import parse_calibration
+
+    return measure_band(parse_calibration(fit_spread(results, log).to_toml()), results)
+
+
+def fit_spread(results: list[Result], log=lambda msg: None) -> Calibration:
+    """The parameters fitted on the fit rows of `results`, and NVIDIA's spread measured around them."""
+    from trainperf.plan.calibration import parse_calibration
+
+    return measure_spread(parse_calibration(fit(Calibration(), results, log=log).to_toml()), results)
 
 
 # -- the pytorch stack: torchtitan's published Llama 3.1 benchmarks on H100 ------------------

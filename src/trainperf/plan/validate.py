@@ -89,11 +89,11 @@ class Predictor:
                          ceiling=max_precision(r.round), calib=cal or self.cal, top=1, layout=layout,
                          precision=precision, explore=self.explore if explore is None else explore)
 
-    def predict(self, r: Result, cal: Calibration | None = None) -> Row:
+    def predict(self, r: Result, cal: Calibration | None = None, precision: str | None = None) -> Row:
         if gpu_for_result(r.accelerator) is None:
             return Row(r, None, "no catalog entry for this accelerator")
         try:
-            return Row(r, self.plan(r, cal).best)
+            return Row(r, self.plan(r, cal, precision=precision).best)
         except PlanError as e:
             why = "no layout fits memory" if e.args and "no layout fits in memory" in e.args[0] else \
                 f"no layout runs GBS {r.gbs} on {r.n_gpus} GPUs"

@@ -429,6 +429,29 @@ def print_validation_report(val) -> None:
         print_anchors(val.anchors, val.speedup)
 
 
+def print_holdout(d: dict) -> None:
+    """`plan validate --holdout`: each group predicted by the calibration refitted without it."""
+    from rich.table import Table
+
+    t = Table(title=f"leave one {d['holdout']} out: each group predicted by the calibration refitted on the "
+                    "other rows (NVIDIA's among them fit, the band-calibration half sets the band)")
+    for col in (d["holdout"], "rows", "MAPE", "signed", "in 80% band", "refit on"):
+        t.add_column(col, justify="left" if col in (d["holdout"], "refit on") else "right")
+    for g in d["groups"]:
+        refit = f"{g['refit']['fit_rows']} fit rows" if g["refit"] else g["reason"]
+        t.add_row(g["group"], *_stat_cells(g), refit)
+    t.add_section()
+    for name, o in d["overall"].items():
+        t.add_row(f"overall, {name}", *_stat_cells(o), "")
+    _console().print(t)
+
+
+def _stat_cells(d: dict) -> tuple[str, ...]:
+    if not d["rows"]:
+        return "0", "-", "-", "-"
+    return (str(d["rows"]), f"{d['mape']:.1f}%", f"{d['mean_signed_pct']:+.1f}%", f"{d['coverage_80_pct']:.1f}%")
+
+
 def calibrated_line(path, cal, s: dict) -> str:
     e = s["evaluation"]
     return (f"wrote {path}: fit MAPE {s['fit']['mape']}% on {s['fit']['rows']} rows, "
