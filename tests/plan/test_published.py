@@ -97,9 +97,8 @@ def test_error_and_mape_come_from_make_plan(runs, shapes):
         assert row.predicted == plan.best.estimate.tokens_per_s_per_gpu
         assert row.error == pytest.approx(row.predicted / r.tokens_per_s_per_gpu - 1)
     errs = [abs(x.error) for x in rep.rows]
-    assert published.mape(rep.rows) == pytest.approx(100 * sum(errs) / len(errs))
     d = rep.to_dict()
-    assert d["summary"]["all"]["mape"] == round(published.mape(rep.rows), 2)
+    assert d["summary"]["all"]["mape"] == round(100 * sum(errs) / len(errs), 2)
     assert set(d["summary"]["by_stack"]) == {"megatron", "pytorch"}
 
 

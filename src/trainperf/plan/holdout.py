@@ -19,7 +19,7 @@ from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import gpu_for_result
 from trainperf.plan.results import Result, load_results, submitter_key
-from trainperf.plan.validate import Predictor, Row, _round_key, _stats, row_dict
+from trainperf.plan.validate import Predictor, Row, error_stats, round_key, row_dict
 
 GROUPINGS = {  # --holdout name -> a row's group
     "round": lambda r: r.round,
@@ -44,7 +44,7 @@ class Fold:
 
     def to_dict(self) -> dict:
         cal = self.calibration
-        return {"group": self.group, **_stats(self.predicted), "skipped": len(self.rows) - len(self.predicted),
+        return {"group": self.group, **error_stats(self.predicted), "skipped": len(self.rows) - len(self.predicted),
                 "reason": self.reason or None,
                 "refit": None if cal is None else {
                     "fit_rows": cal.fit_rows, "gemm_eff": {k: round(v, 4) for k, v in sorted(cal.gemm_eff.items())},
@@ -66,15 +66,15 @@ class Holdout:
 
     def overall(self) -> dict:
         rows = self.rows
-        return {"all": _stats(rows), "NVIDIA": _stats([r for r in rows if r.result.fit]),
-                "others": _stats([r for r in rows if not r.result.fit])}
+        return {"all": error_stats(rows), "NVIDIA": error_stats([r for r in rows if r.result.fit]),
+                "others": error_stats([r for r in rows if not r.result.fit])}
 
     def to_dict(self) -> dict:
         return {"holdout": self.by, "overall": self.overall(), "groups": [f.to_dict() for f in self.folds]}
 
 
 def _order(by: str, group: str):
-    return _round_key(group) if by == "round" else (0, 0, group)
+    return round_key(group) if by == "round" else (0, 0, group)
 
 
 class _Refits:

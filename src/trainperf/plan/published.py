@@ -22,6 +22,7 @@ from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import get_gpu
 from trainperf.plan.prediction import Prediction
 from trainperf.plan.stack import get_stack
+from trainperf.plan.validate import relative_error_stats
 from trainperf.plan.workload import Benchmark, check_model, model_workload
 
 DATA = Path(__file__).parent / "data"
@@ -228,16 +229,9 @@ def predict_run(run: Run, shapes: dict, calib: Calibration) -> Row:
     return Row(run, plan.best)
 
 
-def mape(rows: list[Row]) -> float | None:
-    errs = [abs(r.error) for r in rows if r.error is not None]
-    return 100 * sum(errs) / len(errs) if errs else None
-
-
 def _stats(rows: list[Row]) -> dict:
-    errs = [r.error for r in rows if r.error is not None]
-    m = mape(rows)
-    return {"rows": len(rows), "predicted": len(errs), "mape": None if m is None else round(m, 2),
-            "mean_signed_pct": round(100 * sum(errs) / len(errs), 2) if errs else None}
+    e = relative_error_stats([r.error for r in rows])
+    return {"rows": len(rows), "predicted": e["rows"], "mape": e.get("mape"), "mean_signed_pct": e.get("mean_signed_pct")}
 
 
 @dataclass
@@ -272,4 +266,4 @@ def validate_published(calib: Calibration, runs: list[Run] | None = None, shapes
     return Report([predict_run(r, shapes, calib) for r in runs], on)
 
 
-__all__ = ["Run", "Row", "Report", "Shape", "load_models", "load_runs", "predict_run", "validate_published", "mape"]
+__all__ = ["Run", "Row", "Report", "Shape", "load_models", "load_runs", "predict_run", "validate_published"]

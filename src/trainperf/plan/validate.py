@@ -164,7 +164,7 @@ def coverage_ci(rows: list[Row]) -> list[float] | None:
     return [round(100 * x, 1) for x in coverage_interval(inside, n)] if n else None
 
 
-def _stats(rows: list[Row], band: bool = True) -> dict:
+def error_stats(rows: list[Row], band: bool = True) -> dict:
     d = {"rows": len(rows), "mape": round(mape(rows), 2) if rows else None,
          "mean_signed_pct": round(signed(rows), 2) if rows else None}
     if band:
@@ -182,11 +182,11 @@ def _named(rows: list[Row]) -> dict:
     return {"rows": len(sel), "searched_mape": round(mape(sel), 2),
             "submitted_mape": round(100 * sum(sub) / len(sub), 2),
             "submitted_mean_signed_pct": round(100 * sum(r.submitted_error for r in sel) / len(sel), 2),
-            "logged_step": _errors([r.step_error for r in sel]),
-            "logged_eval": _errors([r.eval_error for r in sel])}
+            "logged_step": relative_error_stats([r.step_error for r in sel]),
+            "logged_eval": relative_error_stats([r.eval_error for r in sel])}
 
 
-def _errors(errs: list[float | None]) -> dict:
+def relative_error_stats(errs: list[float | None]) -> dict:
     """Rows, MAPE and mean signed error (in %) of the relative errors that exist."""
     e = [x for x in errs if x is not None]
     if not e:
@@ -215,9 +215,9 @@ def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | Non
     for split, halves in SPLITS.items():
         band = split != "held_out"
         sel = [r for r in rows if r.prediction is not None and r.result.band_split in halves]
-        per = {b: {**_stats(rb, band), "named_layout": _named(rb)}
+        per = {b: {**error_stats(rb, band), "named_layout": _named(rb)}
                for b in sorted({r.result.benchmark for r in sel}) for rb in [[r for r in sel if r.result.benchmark == b]]}
-        out[split] = {**_stats(sel, band), "named_layout": _named(sel), "per_benchmark": per}
+        out[split] = {**error_stats(sel, band), "named_layout": _named(sel), "per_benchmark": per}
     if cross_sd is not None:
         cross = cross_fitted(rows, cross_sd, cross_by)
         h = out["held_out"]
@@ -235,7 +235,7 @@ def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | Non
 MODERN_ROUND = (5, 0)  # rounds from v5.0 on: the newest software generation the fit rows mostly come from
 
 
-def _round_key(r: str) -> tuple[int, int]:
+def round_key(r: str) -> tuple[int, int]:
     major, minor = (int(x) for x in r.split(".")[:2])
     return major, minor
 
@@ -248,14 +248,14 @@ def populations(rows: list[Row]) -> dict:
     sel = [r for r in rows if r.prediction is not None]
     groups = {
         "submitter": {"NVIDIA": [r for r in sel if r.result.fit], "others": [r for r in sel if not r.result.fit]},
-        "round": {"before 5.0": [r for r in sel if _round_key(r.result.round) < MODERN_ROUND],
-                  "5.0 and later": [r for r in sel if _round_key(r.result.round) >= MODERN_ROUND]},
+        "round": {"before 5.0": [r for r in sel if round_key(r.result.round) < MODERN_ROUND],
+                  "5.0 and later": [r for r in sel if round_key(r.result.round) >= MODERN_ROUND]},
         "each_round": {x: [r for r in sel if r.result.round == x]
-                       for x in sorted({r.result.round for r in sel}, key=_round_key)},
+                       for x in sorted({r.result.round for r in sel}, key=round_key)},
     }
-    others_old = [r for r in groups["submitter"]["others"] if _round_key(r.result.round) < MODERN_ROUND]
+    others_old = [r for r in groups["submitter"]["others"] if round_key(r.result.round) < MODERN_ROUND]
     groups["submitter"]["others, before 5.0"] = others_old
-    return {k: {g: _stats(rs) for g, rs in v.items() if rs} for k, v in groups.items()}
+    return {k: {g: error_stats(rs) for g, rs in v.items() if rs} for k, v in groups.items()}
 
 
 def cross_fitted(rows: list[Row], other_sd: float, other_by: dict | None = None) -> list[Row]:
