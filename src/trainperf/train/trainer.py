@@ -22,7 +22,7 @@ import torch
 
 from trainperf import atomic
 from trainperf.config import Recipe
-from trainperf.data.pipeline import EvalSet, eval_set, prepare, train_batches
+from trainperf.data.pipeline import EvalSet, cache_root, eval_set, prepare, train_batches
 from trainperf.data.samples import IGNORE
 from trainperf.errors import TrainError, WeightsError
 from trainperf.mlperf.benchmarks import benchmark_hooks
@@ -168,7 +168,7 @@ def resolve_precision(r: Recipe, env: DistEnv, ckpt: Checkpointer, batch: int, s
         def share(code: int) -> int:
             mine = torch.tensor([code if env.is_main else 0], device=env.device)
             return int(env.all_reduce_sum(mine).cpu())
-        choice = choose_precision(r.model, batch, seq, env.device, share)
+        choice = choose_precision(r.model, batch, seq, env.device, share, cache=cache_root(r.data))
     t.precision = choice.precision
     return choice
 
