@@ -27,9 +27,6 @@ a probe thrown off by a busy neighbour is not kept.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +34,8 @@ from typing import Callable
 
 import torch
 
-from trainperf import atomic
 from trainperf.config import ModelConfig
+from trainperf.train import machine_cache
 from trainperf.model.transformer import Transformer
 
 LOSS_RTOL = 0.02
@@ -110,42 +107,20 @@ def cpu_bf16_units() -> str | None:
     return next((name for name, fn in found if fn()), None)
 
 
-def cpu_identity() -> str:
-    """This CPU as far as the probe's verdict depends on it: model name, feature flags, usable cores."""
-    try:
-        info = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]  # the first processor's block
-    except OSError:
-        info = ""
-    keep = [line for line in info.splitlines() if line.startswith(("model name", "flags", "vendor_id", "cpu family", "model\t"))]
-    return "\n".join(keep + [f"cores {len(os.sched_getaffinity(0))}"])
-
-
-def verdict_file(cache: Path, cfg: ModelConfig, batch: int, seq: int) -> Path:
-    """Where the verdict for this machine, torch and model shape is kept."""
-    key = json.dumps({"cpu": cpu_identity(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "model": dataclasses.asdict(cfg), "batch": batch, "seq": seq}, sort_keys=True)
-    return cache / "precision" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-
-
 def probe_or_cached(cfg: ModelConfig, batch: int, seq: int, device: torch.device, cache: Path | None) -> PrecisionChoice:
     """The probe's verdict: an earlier run's from `cache` when it has one for this machine and shape,
     else measured now (and kept there when decisive)."""
-    path = verdict_file(cache, cfg, batch, seq) if cache is not None else None
-    if path is not None and path.is_file():
-        try:
-            d = json.loads(path.read_text())
-            return PrecisionChoice(d["precision"], f"{d['reason']}, measured by an earlier run (delete {path} to "
-                                                   f"measure again)", d["seconds_per_step"], d["loss"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable: measure again and replace it
+    what = {"model": dataclasses.asdict(cfg), "batch": batch, "seq": seq}
+    path = machine_cache.cache_file(cache, "precision", what) if cache is not None else None
+    kept = machine_cache.read(path) if path is not None else None
+    if kept is not None and kept.get("precision") in FORMATS:
+        return PrecisionChoice(kept["precision"], f"{kept.get('reason', '')}, measured by an earlier run (delete "
+                                                  f"{path} to measure again)", kept.get("seconds_per_step", {}),
+                               kept.get("loss", {}))
     choice = pick(*probe(cfg, batch, seq, device))
     secs = choice.seconds_per_step
     if path is not None and max(secs.values()) >= DECISIVE * min(secs.values()):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_json(path, choice.to_dict())
-        except OSError:  # FileError too
-            pass  # a read-only cache costs the next run a probe, nothing else
+        machine_cache.write(path, choice.to_dict())
     return choice
 
 

@@ -211,7 +211,7 @@ class Trainer:
         self.ev = eval_set(self.data, r.model.seq_len, r.data.eval_bytes, r.eval.eval_samples, r.eval.eval_documents)
         self.hooks = benchmark_hooks(r)
         self.fpt = flops_per_token(r.model)
-        self.peak = device_peak(self.device, r.train.precision)
+        self.peak = device_peak(self.device, r.train.precision, cache_root(r.data))
         self.clock = PhaseClock(self.device)
         self.eval_seconds = 0.0
         self.last_eval = float("nan")
