@@ -138,6 +138,7 @@ def cpu_peak(device: torch.device, precision: str, cache: Path | None = None) ->
         return own
     f32 = measure_matmul_peak(device, "fp32", cache=cache)
     best = max(own, f32, key=lambda p: p.flops)
+    kept = ", this and earlier runs" if "earlier runs" in own.source + f32.source else ""
     return Peak(best.flops, f"measured: best of {precision} ({own.flops / 1e9:.1f} GFLOP/s) and fp32 "
                             f"({f32.flops / 1e9:.1f} GFLOP/s) 1024x1024 matmuls on this {device.type} "
-                            f"({torch.get_num_threads()} threads)")
+                            f"({torch.get_num_threads()} threads{kept})")

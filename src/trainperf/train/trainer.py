@@ -243,9 +243,11 @@ class Trainer:
         private generator, so the run's losses are the same with or without it."""
         gen = torch.Generator().manual_seed(0)
         vocab, g = self.r.model.vocab_size, self.geometry
-        x = shard_sequence(torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len), generator=gen), self.dims)
-        x = x.to(self.device)
-        self.engine.forward_backward(x, x, None, g.accum)
+        # inputs and targets as the batches hand them: overlapping views of one window per row (a
+        # whole-model graph guards on their strides; contiguous stand-ins made it compile again in the run)
+        window = torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len + 1), generator=gen)
+        x, y = (shard_sequence(t, self.dims).to(self.device) for t in (window[:, :-1], window[:, 1:]))
+        self.engine.forward_backward(x, y, None, g.accum)
         self.opt.zero_grad(set_to_none=True)
         fake = [torch.randint(0, vocab, t.shape, generator=gen) for t in self.ev.inputs]
         self.evaluate(EvalSet(fake, fake, self.ev.target_bytes, self.ev.target_tokens, self.ev.samples))
