@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(0)
     mats = [torch.randn(tuple(p.shape), generator=gen) for p in model.parameters() if id(p) in ids]
     steps = r.train.muon_ns_steps
+    schedule = [COEFFICIENTS] * steps
     ways = {
-        "one by one": lambda dt: orthogonalize(mats, COEFFICIENTS, steps, 1e-7, dt, stack=False),
-        "stacked": lambda dt: orthogonalize(mats, COEFFICIENTS, steps, 1e-7, dt, stack=True),
+        "one by one": lambda dt: orthogonalize(mats, schedule, 1e-7, dt, stack=False),
+        "stacked": lambda dt: orthogonalize(mats, schedule, 1e-7, dt, stack=True),
     }
     print(f"# {len(mats)} matrices, {steps} iterations, {torch.get_num_threads()} threads, torch {torch.__version__}")
     for dt in (torch.bfloat16, torch.float32):

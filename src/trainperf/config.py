@@ -156,6 +156,10 @@ class TrainConfig:
     # 5 x 2(2m^2 n + m^3) FLOPs per m x n matrix whatever the batch, so at small batches it is a large
     # share of the step
     muon_ns_steps: int = 5
+    # One (a, b, c) per Newton-Schulz iteration, flat (a1, b1, c1, a2, b2, c2, ...), 3 x muon_ns_steps
+    # numbers; empty: torch's (3.4445, -4.7750, 2.0315) every iteration. Tuned per-iteration
+    # coefficients reach further in fewer iterations (bench/ns_coefficients.py derives them)
+    muon_ns_coefficients: list[float] = field(default_factory=list)
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0
@@ -513,6 +517,8 @@ def validate(r: Recipe) -> None:
     _check(t.muon_lr >= 0, "train.muon_lr", "must be >= 0 (0 -> train.lr)")
     _check(0 <= t.muon_momentum < 1, "train.muon_momentum", "must be in [0, 1)")
     _check(t.muon_ns_steps >= 1, "train.muon_ns_steps", f"must be >= 1, got {t.muon_ns_steps}")
+    _check(len(t.muon_ns_coefficients) in (0, 3 * t.muon_ns_steps), "train.muon_ns_coefficients",
+           f"needs 3 numbers per iteration (train.muon_ns_steps = {t.muon_ns_steps}), got {len(t.muon_ns_coefficients)}")
     _check(not t.fp8_linear or t.precision in ("bf16", "auto"), "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
     _check(t.log_every >= 1, "train.log_every", "must be >= 1")

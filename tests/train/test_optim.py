@@ -13,18 +13,19 @@ from trainperf.train.optim import Optimizers, build_optimizer, lr_at, muon_param
 from trainperf.train.precision import LOSS_RTOL, choose_precision, pick, probe
 
 
-def reference_muon_update(grad: torch.Tensor, buf: torch.Tensor, momentum: float, steps: int = 5) -> torch.Tensor:
+def reference_muon_update(grad: torch.Tensor, buf: torch.Tensor, momentum: float, steps: int = 5,
+                          schedule: list[tuple[float, float, float]] | None = None) -> torch.Tensor:
     """Muon as Jordan et al. (2024) describe it: Nesterov momentum, then the quintic Newton-Schulz
-    iteration (a, b, c) = (3.4445, -4.7750, 2.0315) on the Frobenius-normalised matrix, worked on
-    the wide orientation, scaled to AdamW's update RMS by 0.2 sqrt(max(rows, cols))."""
+    iteration (a, b, c) = (3.4445, -4.7750, 2.0315) (or one given triple per iteration) on the
+    Frobenius-normalised matrix, worked on the wide orientation, scaled to AdamW's update RMS by
+    0.2 sqrt(max(rows, cols))."""
     buf.mul_(momentum).add_(grad)
     g = grad + momentum * buf  # nesterov
-    a, b, c = 3.4445, -4.7750, 2.0315
     x = g / g.norm().clamp(min=1e-7)
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = x.T
-    for _ in range(steps):
+    for a, b, c in schedule or [(3.4445, -4.7750, 2.0315)] * steps:
         A = x @ x.T
         x = a * x + (b * A + c * A @ A) @ x
     if tall:
@@ -104,6 +105,32 @@ def test_muon_newton_schulz_steps_come_from_the_recipe():
     assert not torch.allclose(outs[3], outs[5], atol=1e-4)  # the count changes the update
 
 
+def test_muon_per_iteration_coefficients_come_from_the_recipe():
+    """`train.muon_ns_coefficients` gives each iteration its own (a, b, c): the step is the
+    reference iteration with that schedule, not torch's repeated triple; the count must be 3 per
+    iteration."""
+    from trainperf.config import ConfigError
+
+    coef = [7.0, -20.0, 14.0, 3.0, -2.0, 0.4]
+    small = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16", "train.optimizer=muon",
+             "train.muon_ns_steps=2"]
+    r = load_recipe("tiny", small + ["train.muon_ns_coefficients=" + ",".join(map(str, coef))])
+    _, muon = build_optimizer(Transformer(r.model), r, torch.device("cpu"))
+    assert muon.ns_schedule == [(7.0, -20.0, 14.0), (3.0, -2.0, 0.4)]
+    with pytest.raises(ConfigError, match="train.muon_ns_coefficients"):
+        load_recipe("tiny", small + ["train.muon_ns_coefficients=1,2,3"])
+    gen = torch.Generator().manual_seed(2)
+    w0, g = torch.randn(6, 9, generator=gen), torch.randn(6, 9, generator=gen)
+    p = torch.nn.Parameter(w0.clone())
+    p.grad = g.clone()
+    Muon([p], ns_dtype=torch.float32, ns_schedule=muon.ns_schedule, lr=0.05, weight_decay=0.0, momentum=0.95,
+         adjust_lr_fn="match_rms_adamw").step()
+    ref = reference_muon_update(g.double(), torch.zeros(6, 9, dtype=torch.float64), 0.95, schedule=muon.ns_schedule)
+    torch.testing.assert_close(p.detach().double(), w0.double() - 0.05 * ref, rtol=0, atol=1e-5)
+    repeated = reference_muon_update(g.double(), torch.zeros(6, 9, dtype=torch.float64), 0.95, steps=2)
+    assert not torch.allclose(ref, repeated, atol=1e-3)  # the schedule, not torch's triple twice
+
+
 def test_wsd_holds_then_anneals_linearly():
     r = load_recipe("tiny", ["train.schedule=wsd", "train.warmup_steps=10", "train.decay_steps=80",
                              "train.cooldown=0.5", "train.lr=0.01", "train.end_lr=0.001"])
@@ -173,11 +200,11 @@ def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, at
     gen = torch.Generator().manual_seed(3)
     shapes = [(8, 8), (8, 20), (20, 8), (8, 8), (20, 8), (5, 7)]
     ups = [torch.randn(s, generator=gen) for s in shapes]
-    coef = (3.4445, -4.7750, 2.0315)
-    got = orthogonalize(ups, coef, 3, 1e-7, dtype, stack=True)
+    coef = [(3.4445, -4.7750, 2.0315)] * 3
+    got = orthogonalize(ups, coef, 1e-7, dtype, stack=True)
     for u, o in zip(ups, got):
         assert o.shape == u.shape
-        torch.testing.assert_close(o.float(), newton_schulz(u, coef, 3, 1e-7, dtype).float(), rtol=0, atol=atol)
+        torch.testing.assert_close(o.float(), newton_schulz(u, coef, 1e-7, dtype).float(), rtol=0, atol=atol)
     kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw", ns_steps=3)
     together = [torch.nn.Parameter(u.clone()) for u in ups]
     alone = [torch.nn.Parameter(u.clone()) for u in ups]
@@ -191,3 +218,25 @@ def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, at
             o.step()
     for p, q in zip(together, alone):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=atol)
+
+
+def test_a_decisive_probe_verdict_is_kept_for_the_next_run_of_the_same_shape(monkeypatch, tmp_path):
+    """The second run on this machine takes the first one's verdict without probing; another model
+    shape probes anew; a close call (bf16 within DECISIVE of fp32) is never kept."""
+    from trainperf.train import precision
+
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16"])
+    timed = {"fp32": 1.0, "bf16": 0.5}
+    probed = []
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "AVX512-BF16")
+    monkeypatch.setattr(precision, "probe", lambda *a, **k: probed.append(1) or (dict(timed), {"fp32": 4.0, "bf16": 4.0}))
+    first = choose_precision(r.model, 2, 16, torch.device("cpu"), cache=tmp_path)
+    again = choose_precision(r.model, 2, 16, torch.device("cpu"), cache=tmp_path)
+    assert first.precision == again.precision == "bf16" and len(probed) == 1
+    assert "earlier run" in again.reason and again.seconds_per_step == first.seconds_per_step
+    choose_precision(r.model, 4, 16, torch.device("cpu"), cache=tmp_path)  # another micro-batch: its own probe
+    assert len(probed) == 2
+    timed["bf16"] = 1.0 / (0.9 * precision.DECISIVE)  # bf16 faster, but not by DECISIVE
+    for _ in range(2):
+        assert choose_precision(r.model, 8, 16, torch.device("cpu"), cache=tmp_path).precision == "bf16"
+    assert len(probed) == 4

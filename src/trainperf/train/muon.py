@@ -36,26 +36,28 @@ except ImportError:  # a private name: should a release move it, the rule as tor
 STACKED_DTYPES = (torch.bfloat16,)  # the formats whose batched matmul beat one call per matrix (below)
 
 
-def newton_schulz(g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
-                  dtype: torch.dtype) -> torch.Tensor:
+Schedule = list[tuple[float, float, float]]  # one (a, b, c) per Newton-Schulz iteration
+
+
+def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.dtype) -> torch.Tensor:
     """The quintic Newton-Schulz iteration towards the orthogonal factor of `g` (one matrix, or a
     stack of same-shape matrices along dim 0, each normalised and iterated on its own), worked on
-    the wide side. A stack takes one batched matmul per product instead of one per matrix."""
-    a, b, c = coefficients
+    the wide side, one iteration per (a, b, c) of `schedule`: X <- a X + (b A + c A^2) X, A = X X^T.
+    A stack takes one batched matmul per product instead of one per matrix."""
     mm = torch.addmm if g.dim() == 2 else torch.baddbmm
     tall = g.size(-2) > g.size(-1)
     x = g.to(dtype)
     if tall:
         x = x.mT
     x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral <= Frobenius <= 1
-    for _ in range(steps):
+    for a, b, c in schedule:
         gram = x @ x.mT
         x = mm(x, mm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     return x.mT if tall else x
 
 
-def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float, float], steps: int, eps: float,
-                  dtype: torch.dtype, stack: bool | None = None) -> list[torch.Tensor]:
+def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
+                  stack: bool | None = None) -> list[torch.Tensor]:
     """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
     batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
     (AVX512-BF16), 2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms
@@ -68,21 +70,25 @@ def orthogonalize(updates: list[torch.Tensor], coefficients: tuple[float, float,
         idx = [i for i, w in enumerate(wide) if w == shape]
         if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
             for i in idx:
-                out[i] = newton_schulz(updates[i], coefficients, steps, eps, dtype)
+                out[i] = newton_schulz(updates[i], schedule, eps, dtype)
             continue
         # the tall ones enter transposed, so the stack is all wide and comes back in each one's shape
         batch = torch.stack([updates[i].to(dtype).mT if updates[i].size(0) > updates[i].size(1)
                              else updates[i].to(dtype) for i in idx])
-        ortho = newton_schulz(batch, coefficients, steps, eps, dtype)
+        ortho = newton_schulz(batch, schedule, eps, dtype)
         for k, i in enumerate(idx):
             out[i] = ortho[k].mT if updates[i].size(0) > updates[i].size(1) else ortho[k]
     return out  # type: ignore[return-value]
 
 
 class Muon(torch.optim.Muon):
-    def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, **kwargs):
+    """`ns_schedule`: one coefficient triple per Newton-Schulz iteration, replacing torch's
+    `ns_coefficients` x `ns_steps` (which it defaults to)."""
+
+    def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None, **kwargs):
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
+        self.ns_schedule = ns_schedule
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -109,7 +115,8 @@ class Muon(torch.optim.Muon):
         # torch's step, one foreach call per operation for all the matrices instead of one op per matrix
         torch._foreach_lerp_(bufs, grads, 1 - mu)
         updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-        args = group["ns_coefficients"], group["ns_steps"], group["eps"], self.ns_dtype
+        schedule = self.ns_schedule or [tuple(group["ns_coefficients"])] * group["ns_steps"]
+        args = schedule, group["eps"], self.ns_dtype
         if isinstance(updates[0], DTensor):
             orthos = [self._sharded(u, *args) for u in updates]
         else:
@@ -119,9 +126,9 @@ class Muon(torch.optim.Muon):
             p.add_(o, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))
 
     @staticmethod
-    def _sharded(update: DTensor, coefficients, steps: int, eps: float, dtype: torch.dtype) -> DTensor:
+    def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype) -> DTensor:
         full = update.full_tensor()
-        ortho = newton_schulz(full, coefficients, steps, eps, dtype)
+        ortho = newton_schulz(full, schedule, eps, dtype)
         # Replicate -> the parameter's placements is a local slice, no communication
         mesh = update.device_mesh
         return DTensor.from_local(ortho.to(full.dtype), mesh, [Replicate()] * mesh.ndim).redistribute(

@@ -62,9 +62,11 @@ def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> 
         # schedule drives both optimizers; lr_scale carries muon_lr's ratio to train.lr through it
         # Newton-Schulz in the run's format: bf16 only where the run found bf16 matmuls fast
         ns_dtype = torch.bfloat16 if t.precision == "bf16" else torch.float32
-        opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, lr=muon_lr,
-                         weight_decay=t.weight_decay, momentum=t.muon_momentum, adjust_lr_fn="match_rms_adamw",
-                         ns_steps=t.muon_ns_steps))
+        c = t.muon_ns_coefficients  # a1, b1, c1, a2, ...: one triple per iteration (torch's one triple when empty)
+        schedule = [(c[i], c[i + 1], c[i + 2]) for i in range(0, len(c), 3)] or None
+        opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, ns_schedule=schedule,
+                         lr=muon_lr, weight_decay=t.weight_decay, momentum=t.muon_momentum,
+                         adjust_lr_fn="match_rms_adamw", ns_steps=t.muon_ns_steps))
     return opts
 
 

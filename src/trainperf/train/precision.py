@@ -15,22 +15,33 @@ every rank takes its answer, so all ranks run one format.
 
 A CPU with neither has nothing that could make bf16 faster, so auto takes fp32 without probing:
 the bf16 probe's three slow steps cost about 90 s of start-up on that EPYC for a known answer.
+
+A clear verdict (one format at least `DECISIVE` times the other's speed) is kept in the data cache
+(`data.cache_dir`, `TRAINPERF_CACHE`), keyed by this CPU (model name, feature flags, cores), torch's
+version and threads and the model, micro-batch and sequence timed: a later run of the same shape on
+the same machine takes it without probing (1-2 s of start-up on an idle 2-core Zen 4, 20-47 s while
+other processes held its cores, docs/benchmarks.md). A close call is measured again every run, so
+a probe thrown off by a busy neighbour is not kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from trainperf.config import ModelConfig
+from trainperf.train import machine_cache
 from trainperf.model.transformer import Transformer
 
 LOSS_RTOL = 0.02
 MAX_PROBE_PARAMS = 1_000_000_000
 FORMATS = ("fp32", "bf16")
+DECISIVE = 1.25  # a probe's verdict is kept for later runs when the winner was at least this much faster
 
 
 @dataclass
@@ -96,10 +107,28 @@ def cpu_bf16_units() -> str | None:
     return next((name for name, fn in found if fn()), None)
 
 
+def probe_or_cached(cfg: ModelConfig, batch: int, seq: int, device: torch.device, cache: Path | None) -> PrecisionChoice:
+    """The probe's verdict: an earlier run's from `cache` when it has one for this machine and shape,
+    else measured now (and kept there when decisive)."""
+    what = {"model": dataclasses.asdict(cfg), "batch": batch, "seq": seq}
+    path = machine_cache.cache_file(cache, "precision", what) if cache is not None else None
+    kept = machine_cache.read(path) if path is not None else None
+    if kept is not None and kept.get("precision") in FORMATS:
+        return PrecisionChoice(kept["precision"], f"{kept.get('reason', '')}, measured by an earlier run (delete "
+                                                  f"{path} to measure again)", kept.get("seconds_per_step", {}),
+                               kept.get("loss", {}))
+    choice = pick(*probe(cfg, batch, seq, device))
+    secs = choice.seconds_per_step
+    if path is not None and max(secs.values()) >= DECISIVE * min(secs.values()):
+        machine_cache.write(path, choice.to_dict())
+    return choice
+
+
 def choose_precision(cfg: ModelConfig, batch: int, seq: int, device: torch.device,
-                     share: Callable[[int], int] = lambda code: code) -> PrecisionChoice:
+                     share: Callable[[int], int] = lambda code: code, cache: Path | None = None) -> PrecisionChoice:
     """auto's answer for this model on `device`. `share(code)` returns the main rank's code (a
-    broadcast in a distributed run) so every rank agrees; non-main ranks' own probes are discarded."""
+    broadcast in a distributed run) so every rank agrees; non-main ranks' own probes are discarded.
+    `cache`: the folder whose verdicts are reused (`probe_or_cached`); None probes every time."""
     if device.type == "cuda":
         return PrecisionChoice("bf16", "CUDA device: bf16 tensor cores")
     with torch.device("meta"):
@@ -110,7 +139,7 @@ def choose_precision(cfg: ModelConfig, batch: int, seq: int, device: torch.devic
     elif n_params > MAX_PROBE_PARAMS:  # a whole copy would not fit beside the run's own model
         choice = PrecisionChoice("fp32", f"{n_params / 1e9:.1f}B parameters: too large to probe a copy on the CPU")
     else:
-        choice = pick(*probe(cfg, batch, seq, device))
+        choice = probe_or_cached(cfg, batch, seq, device, cache)
     # every rank takes part in the broadcast whichever way it decided, so mixed nodes cannot deadlock
     code = share(FORMATS.index(choice.precision))
     if FORMATS[code] != choice.precision:

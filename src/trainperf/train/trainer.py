@@ -22,7 +22,7 @@ import torch
 
 from trainperf import atomic
 from trainperf.config import Recipe
-from trainperf.data.pipeline import EvalSet, check_source, eval_set, prepare, train_batches
+from trainperf.data.pipeline import EvalSet, cache_root, check_source, eval_set, prepare, train_batches
 from trainperf.data.samples import IGNORE
 from trainperf.errors import TrainError, WeightsError
 from trainperf.mlperf.benchmarks import benchmark_hooks
@@ -169,7 +169,7 @@ def resolve_precision(r: Recipe, env: DistEnv, ckpt: Checkpointer, batch: int, s
         def share(code: int) -> int:
             mine = torch.tensor([code if env.is_main else 0], device=env.device)
             return int(env.all_reduce_sum(mine).cpu())
-        choice = choose_precision(r.model, batch, seq, env.device, share)
+        choice = choose_precision(r.model, batch, seq, env.device, share, cache=cache_root(r.data))
     t.precision = choice.precision
     return choice
 
@@ -212,7 +212,7 @@ class Trainer:
         self.ev = eval_set(self.data, r.model.seq_len, r.data.eval_bytes, r.eval.eval_samples, r.eval.eval_documents)
         self.hooks = benchmark_hooks(r)
         self.fpt = flops_per_token(r.model)
-        self.peak = device_peak(self.device, r.train.precision)
+        self.peak = device_peak(self.device, r.train.precision, cache_root(r.data))
         self.clock = PhaseClock(self.device)
         self.eval_seconds = 0.0
         self.last_eval = float("nan")
@@ -244,9 +244,11 @@ class Trainer:
         private generator, so the run's losses are the same with or without it."""
         gen = torch.Generator().manual_seed(0)
         vocab, g = self.r.model.vocab_size, self.geometry
-        x = shard_sequence(torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len), generator=gen), self.dims)
-        x = x.to(self.device)
-        self.engine.forward_backward(x, x, None, g.accum)
+        # inputs and targets as the batches hand them: overlapping views of one window per row (a
+        # whole-model graph guards on their strides; contiguous stand-ins made it compile again in the run)
+        window = torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len + 1), generator=gen)
+        x, y = (shard_sequence(t, self.dims).to(self.device) for t in (window[:, :-1], window[:, 1:]))
+        self.engine.forward_backward(x, y, None, g.accum)
         self.opt.zero_grad(set_to_none=True)
         fake = [torch.randint(0, vocab, t.shape, generator=gen) for t in self.ev.inputs]
         self.evaluate(EvalSet(fake, fake, self.ev.target_bytes, self.ev.target_tokens, self.ev.samples))
