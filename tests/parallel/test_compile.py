@@ -1,4 +1,4 @@
-"""How `parallelize` compiles: the whole model as one graph in one process, each block otherwise;
+"""How `parallelize` compiles: each block (the whole model as one graph only when asked, to measure it);
 parameter names unchanged either way (checkpoints cross layouts)."""
 
 import torch
@@ -14,7 +14,7 @@ def _model() -> torch.nn.Module:
         return Transformer(r.model)
 
 
-def test_one_process_compiles_the_whole_model_and_layouts_compile_each_block():
+def test_compile_each_block_or_the_whole_model_keeps_the_names():
     whole, blocks = _model(), _model()
     names = [n for n, _ in whole.named_parameters()]
     compile_model(whole, whole=True)

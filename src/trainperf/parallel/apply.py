@@ -2,8 +2,7 @@
 calls `parallelize` to build and `grad_sync` around backward, and nothing else.
 
 Order of application, as torchtitan does it: tensor parallel -> activation checkpointing -> compile
-(per block; the whole model in one process, `compile_model`) -> FSDP2 (or DDP when nothing is
-sharded) -> storage and init -> context parallel. Parameter names never change, so a checkpoint
+per block -> FSDP2 (or DDP when nothing is sharded) -> storage and init -> context parallel. Parameter names never change, so a checkpoint
 written under one layout loads under any other.
 """
 
@@ -38,7 +37,7 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
         for block in model.layers.values():
             checkpoint_block(block, activation_checkpoint)
     if compile:
-        compile_model(model, whole=dims.world_size == 1 and activation_checkpoint == "none")
+        compile_model(model, whole=False)
     if dims.fsdp:
         apply_fsdp(model, dims.dp_mesh, precision)
     model.to_empty(device=device)
@@ -57,11 +56,11 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
 
 def compile_model(model: nn.Module, whole: bool) -> None:
     """torch.compile in place (parameter names unchanged): each block, or with `whole` the model as
-    one graph, embedding, head and loss included. Whole is for one process with nothing split or
-    checkpointed: measured on a 2-core Zen 4 (one thread, CPU time, bf16), a forward and backward of
-    `tiny` took 128 ms whole against 142 ms per block and an evaluation forward 9% less
-    (docs/benchmarks.md); sharding, pipeline stages and DDP's hooks work on the blocks, so any
-    layout keeps the per-block graphs torchtitan compiles."""
+    one graph, embedding, head and loss included. Runs compile each block, as torchtitan does, under
+    every layout: on a 2-core Zen 5 the whole graph was 10% less CPU time per forward and backward on
+    one thread, but level end to end at two threads (time to target and bench/throughput.py), while its
+    cold compile, what a new machine's first run pays, took 190 s against 52 s per block
+    (docs/benchmarks.md). `whole` stays to measure it again."""
     if whole:
         model.compile()
         return
