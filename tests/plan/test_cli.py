@@ -138,6 +138,14 @@ def test_validate_and_calibrate_take_only_their_options(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --round" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, msg", [(["--published", "--holdout", "round"], "one at a time"),
+                                        (["--published", "--benchmark", "gpt3"], "not in --published")])
+def test_validate_sets_are_asked_one_at_a_time(capsys, extra, msg):
+    assert main(["plan", "validate", *extra]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
 def test_published_layouts_rank_first_unless_explore(capsys):
     argv = ["llama2_70b_lora", "--gpu", "h200", "--gpus", "512", "--round", "4.1", "--gbs", "64"]
     d = run_json(capsys, *argv)
