@@ -217,47 +217,37 @@ def _run(f):
 
 
 def cmd_validate(args) -> int:
+    """`plan validate`: the MLPerf results (default), `--published` runs or `--holdout` splits."""
     from trainperf.plan import view
-    from trainperf.plan.validate import run_validation
 
     if args.published and args.holdout:
         raise UsageError("--published and --holdout: one at a time")
     if args.published:
-        return _validate_published(args)
+        from trainperf.plan.published import validate_published
+
+        if args.only:
+            raise UsageError("--benchmark: MLPerf benchmarks are not in --published")
+        report = validate_published(_calibration(args)[0])
+        return _show(args, report.to_dict(), lambda: view.print_published(report))
     if args.holdout:
-        return _holdout(args)
+        from trainperf.plan.holdout import holdout
+
+        if args.calibrate or args.only:
+            raise UsageError("--holdout refits the calibration on the whole catalogue: no --calibrate or --benchmark")
+        d = holdout(args.holdout, log=lambda m: print(m, file=sys.stderr)).to_dict()
+        return _show(args, d, lambda: view.print_holdout(d))
+    from trainperf.plan.validate import run_validation
+
     val = run_validation(_calibration(args)[0], args.only)
+    return _show(args, val.to_dict() if args.json else None, lambda: view.print_validation_report(val))
+
+
+def _show(args, d: dict | None, table) -> int:
+    """A result as JSON (`--json`) or as its table."""
     if args.json:
-        print(json.dumps(val.to_dict(), indent=1))
+        print(json.dumps(d, indent=1))
     else:
-        view.print_validation_report(val)
-    return 0
-
-
-def _validate_published(args) -> int:
-    """`plan validate --published`: the runs in plan/data/published_runs.csv, not MLPerf's."""
-    from trainperf.plan import view
-    from trainperf.plan.published import validate_published
-
-    if args.only:
-        raise UsageError("--benchmark: MLPerf benchmarks are not in --published")
-    report = validate_published(_calibration(args)[0])
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
-    else:
-        view.print_published(report)
-    return 0
-
-
-def _holdout(args) -> int:
-    """`plan validate --holdout BY`: leave-one-group-out refits of the shipped calibration."""
-    from trainperf.plan import view
-    from trainperf.plan.holdout import holdout
-
-    if args.calibrate or args.only:
-        raise UsageError("--holdout refits the calibration on the whole catalogue: no --calibrate or --benchmark")
-    d = holdout(args.holdout, log=lambda m: print(m, file=sys.stderr)).to_dict()
-    print(json.dumps(d, indent=1)) if args.json else view.print_holdout(d)
+        table()
     return 0
 
 
