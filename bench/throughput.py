@@ -94,7 +94,7 @@ def time_impl(impl: str, cfg: ModelConfig, batch: int, precision: str, device: t
         if compile:  # as `trainperf run` compiles (parallel.apply.compile_model: each block)
             from trainperf.parallel.apply import compile_model
 
-            compile_model(model, whole=False)
+            compile_model(model)
 
         def loss_fn(x, y):
             return model(x, y).mean()

@@ -1,5 +1,4 @@
-"""How `parallelize` compiles: each block (the whole model as one graph only when asked, to measure it);
-parameter names unchanged either way (checkpoints cross layouts)."""
+"""How `parallelize` compiles: each block, parameter names unchanged (checkpoints cross layouts)."""
 
 import torch
 
@@ -14,13 +13,10 @@ def _model() -> torch.nn.Module:
         return Transformer(r.model)
 
 
-def test_compile_each_block_or_the_whole_model_keeps_the_names():
-    whole, blocks = _model(), _model()
-    names = [n for n, _ in whole.named_parameters()]
-    compile_model(whole, whole=True)
-    compile_model(blocks, whole=False)
-    assert whole._compiled_call_impl is not None
-    assert all(b._compiled_call_impl is None for b in whole.layers.values())
-    assert blocks._compiled_call_impl is None
-    assert all(b._compiled_call_impl is not None for b in blocks.layers.values())
-    assert [n for n, _ in whole.named_parameters()] == [n for n, _ in blocks.named_parameters()] == names
+def test_each_block_is_compiled_and_the_names_are_kept():
+    m = _model()
+    names = [n for n, _ in m.named_parameters()]
+    compile_model(m)
+    assert m._compiled_call_impl is None
+    assert all(b._compiled_call_impl is not None for b in m.layers.values())
+    assert [n for n, _ in m.named_parameters()] == names

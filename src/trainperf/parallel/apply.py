@@ -37,7 +37,7 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
         for block in model.layers.values():
             checkpoint_block(block, activation_checkpoint)
     if compile:
-        compile_model(model, whole=False)
+        compile_model(model)
     if dims.fsdp:
         apply_fsdp(model, dims.dp_mesh, precision)
     model.to_empty(device=device)
@@ -54,16 +54,12 @@ def parallelize(model: nn.Module, dims: ParallelDims, device: torch.device, prec
     return model
 
 
-def compile_model(model: nn.Module, whole: bool) -> None:
-    """torch.compile in place (parameter names unchanged): each block, or with `whole` the model as
-    one graph, embedding, head and loss included. Runs compile each block, as torchtitan does, under
-    every layout: on a 2-core Zen 5 the whole graph was 10% less CPU time per forward and backward on
-    one thread, but level end to end at two threads (time to target and bench/throughput.py), while its
-    cold compile, what a new machine's first run pays, took 190 s against 52 s per block
-    (docs/benchmarks.md). `whole` stays to measure it again."""
-    if whole:
-        model.compile()
-        return
+def compile_model(model: nn.Module) -> None:
+    """torch.compile each block in place (parameter names unchanged), as torchtitan does, under every
+    layout. The whole model as one graph was tried on a 2-core Zen 5: 10% less CPU time per forward
+    and backward on one thread, level end to end at two threads (time to target, bench/throughput.py),
+    and its cold compile, what a new machine's first run pays, took 190 s against 52 s per block
+    (docs/benchmarks.md)."""
     for block in model.layers.values():
         block.compile()
 

@@ -51,6 +51,7 @@ OWN_PARTS: dict[str, tuple[dict[str, float], str] | None] = {
 class Peak:
     flops: float | None  # FLOP/s; None: no figure for this device, and no MFU
     source: str  # human-readable: what the figure is and where it comes from, or why there is none
+    kept: bool = False  # a measured figure that earlier runs' kept measurements take part in
 
     def mfu(self, model_flops_per_s: float) -> float | None:
         """The share of this peak that `model_flops_per_s` (per device) is; None without a peak."""
@@ -74,7 +75,8 @@ def measure_matmul_peak(device: torch.device, precision: str, n: int = 1024, sec
     if path is not None and best > kept:
         machine_cache.write(path, {"flops": best})
     peak = Peak(max(best, kept), f"measured: best {precision} {n}x{n} matmul on this {device.type} "
-                                 f"({torch.get_num_threads()} threads){', this and earlier runs' if kept else ''}")
+                                 f"({torch.get_num_threads()} threads){', this and earlier runs' if kept else ''}",
+                kept=kept > 0)
     _probe_cache[key] = peak
     return peak
 
@@ -138,7 +140,8 @@ def cpu_peak(device: torch.device, precision: str, cache: Path | None = None) ->
         return own
     f32 = measure_matmul_peak(device, "fp32", cache=cache)
     best = max(own, f32, key=lambda p: p.flops)
-    kept = ", this and earlier runs" if "earlier runs" in own.source + f32.source else ""
+    kept = own.kept or f32.kept
     return Peak(best.flops, f"measured: best of {precision} ({own.flops / 1e9:.1f} GFLOP/s) and fp32 "
                             f"({f32.flops / 1e9:.1f} GFLOP/s) 1024x1024 matmuls on this {device.type} "
-                            f"({torch.get_num_threads()} threads{kept})")
+                            f"({torch.get_num_threads()} threads{', this and earlier runs' if kept else ''})",
+                kept=kept)

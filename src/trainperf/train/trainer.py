@@ -244,8 +244,8 @@ class Trainer:
         private generator, so the run's losses are the same with or without it."""
         gen = torch.Generator().manual_seed(0)
         vocab, g = self.r.model.vocab_size, self.geometry
-        # inputs and targets as the batches hand them: overlapping views of one window per row (a
-        # whole-model graph guards on their strides; contiguous stand-ins made it compile again in the run)
+        # inputs and targets as the batches hand them, overlapping views of one window per row, so
+        # a compiled graph that guards on their strides is not compiled again in the timed run
         window = torch.randint(0, vocab, (g.per_rank, self.r.model.seq_len + 1), generator=gen)
         x, y = (shard_sequence(t, self.dims).to(self.device) for t in (window[:, :-1], window[:, 1:]))
         self.engine.forward_backward(x, y, None, g.accum)
