@@ -24,13 +24,13 @@ where it did not, no format is preferred.
 
 from __future__ import annotations
 
-import csv
 import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
 from trainperf.plan.rcp import version_key
+from trainperf.plan.results import csv_rows
 
 LAYOUTS = Path(__file__).parent / "data" / "published_layouts.csv"
 EVIDENCE_SUBMITTERS = ("NVIDIA",)
@@ -58,15 +58,14 @@ class Published:
 @functools.lru_cache(maxsize=1)
 def published() -> tuple[Published, ...]:
     out = []
-    with open(LAYOUTS, newline="", encoding="utf-8") as f:
-        for i, r in enumerate(csv.DictReader(f), start=2):
-            try:
-                out.append(Published(round=r["round"], submitter=r["submitter"], benchmark=r["benchmark"],
-                                     gpu=r["gpu"], gpu_family=r["gpu_family"], gpus=int(r["gpus"]), tp=int(r["tp"]),
-                                     pp=int(r["pp"]), cp=int(r["cp"]), precision=r["precision"],
-                                     source=r["source"]))
-            except (KeyError, ValueError) as e:
-                raise ConfigError(f"{LAYOUTS}:{i}: bad layout row ({e})") from None
+    for i, r in csv_rows(LAYOUTS):
+        try:
+            out.append(Published(round=r["round"], submitter=r["submitter"], benchmark=r["benchmark"],
+                                 gpu=r["gpu"], gpu_family=r["gpu_family"], gpus=int(r["gpus"]), tp=int(r["tp"]),
+                                 pp=int(r["pp"]), cp=int(r["cp"]), precision=r["precision"],
+                                 source=r["source"]))
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"{LAYOUTS}:{i}: bad layout row ({e})") from None
     return tuple(out)
 
 

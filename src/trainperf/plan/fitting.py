@@ -12,7 +12,6 @@ apart from the path a user's plan takes.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from trainperf.plan.calibration import Calibration
 from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result
 from trainperf.plan.perf import Estimate, Layout, Model
-from trainperf.plan.results import FIT_SUBMITTERS, Result, load_results, submitter_key
+from trainperf.plan.results import FIT_SUBMITTERS, Result, csv_rows, load_results, submitter_key
 from trainperf.plan.validate import Predictor, band_sd
 from trainperf.plan.workload import custom_workload, max_precision
 
@@ -272,17 +271,16 @@ class TitanRow:
 def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
     p = path or TORCHTITAN
     out = []
-    with open(p, newline="", encoding="utf-8") as f:
-        for i, r in enumerate(csv.DictReader(f), start=2):
-            try:
-                lay = Layout(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), dp=int(r["fsdp"]), cp=int(r["cp"]),
-                             mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
-                             precision="fp8" if r["float8"] == "true" else "bf16")
-                out.append(TitanRow(int(r["table"]), r["model"], int(r["gpus"]), lay, int(r["seq_len"]),
-                                    r["compile"] == "true", r["async_tp"] == "true", float(r["tps_per_gpu"]),
-                                    float(r["memory_gib"]), r["source"]))
-            except (KeyError, ValueError) as e:
-                raise ConfigError(f"{p}:{i}: bad torchtitan row ({e})") from None
+    for i, r in csv_rows(p):
+        try:
+            lay = Layout(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), dp=int(r["fsdp"]), cp=int(r["cp"]),
+                         mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
+                         precision="fp8" if r["float8"] == "true" else "bf16")
+            out.append(TitanRow(int(r["table"]), r["model"], int(r["gpus"]), lay, int(r["seq_len"]),
+                                r["compile"] == "true", r["async_tp"] == "true", float(r["tps_per_gpu"]),
+                                float(r["memory_gib"]), r["source"]))
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"{p}:{i}: bad torchtitan row ({e})") from None
     return out
 
 

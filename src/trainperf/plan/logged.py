@@ -15,13 +15,13 @@ assumes that round's software is no faster; `plan` says how far the measured tre
 
 from __future__ import annotations
 
-import csv
 import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
+from trainperf.plan.results import csv_rows
 
 LOGGED = Path(__file__).parent / "data" / "logged_steps.csv"
 METHODS = ("train_step_time", "throughput", "segments")
@@ -74,8 +74,7 @@ def _shipped() -> dict[str, Logged]:
 def _read(p: Path) -> dict[str, Logged]:
     if not p.is_file():
         return {}
-    with open(p, newline="", encoding="utf-8") as f:
-        return dict(_row(d, f"{p}:{i}") for i, d in enumerate(csv.DictReader(f), start=2))
+    return dict(_row(d, f"{p}:{i}") for i, d in csv_rows(p))
 
 
 def relative_error(predicted: float, logged: float) -> float:

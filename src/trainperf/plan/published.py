@@ -12,7 +12,6 @@ fitted on MLPerf results only and the pytorch stack on torchtitan's H100 tables
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.hardware import get_gpu
 from trainperf.plan.prediction import Prediction
+from trainperf.plan.results import csv_rows
 from trainperf.plan.stack import get_stack
 from trainperf.plan.validate import relative_error_stats
 from trainperf.plan.workload import Benchmark, check_model, model_workload
@@ -79,14 +79,6 @@ class Run:
                 f"{' fsdp' if self.fsdp else ''} mbs={L['mbs']} gbs={L['gbs']} seq={self.seq_len} {L['precision']}")
 
 
-def _read(path: Path) -> list[tuple[int, dict]]:
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return list(enumerate(csv.DictReader(f), start=2))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-
-
 def _ints(r: dict, keys: tuple, where: str) -> dict:
     out = {}
     for k in keys:
@@ -109,7 +101,7 @@ def load_models(path: Path | None = None) -> dict[str, Shape]:
     """The shapes by name; a malformed row is one ConfigError naming its file and line."""
     p = path or MODELS
     out = {}
-    for line, r in _read(p):
+    for line, r in csv_rows(p):
         where = f"{p.name}:{line}"
         if r.get("family") not in ("llama", "gpt"):
             raise ConfigError(f"{where}: family must be llama or gpt, got {r.get('family')!r}")
@@ -158,7 +150,7 @@ def load_runs(path: Path | None = None, models: dict | None = None) -> list[Run]
     """The published runs; a malformed row is one ConfigError naming its file and line."""
     p = path or RUNS
     models = load_models() if models is None else models
-    return [_run(r, f"{p.name}:{line}", models) for line, r in _read(p)]
+    return [_run(r, f"{p.name}:{line}", models) for line, r in csv_rows(p)]
 
 
 @dataclass

@@ -62,16 +62,25 @@ def band_half(submitter: str) -> str:
     return "calibration" if hashlib.sha256(submitter_key(submitter).encode()).digest()[-1] % 2 == 0 else "evaluation"
 
 
+def csv_rows(path: Path) -> list[tuple[int, dict]]:
+    """A CSV file's rows as dicts, each with its line number (the header is line 1), for one-line
+    errors that name the file and line; a file that cannot be read is one ConfigError too."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(enumerate(csv.DictReader(f), start=2))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+
+
 def load_results(path: Path | None = None) -> list[Result]:
     p = path or RESULTS
     out = []
-    with open(p, newline="", encoding="utf-8") as f:
-        for i, r in enumerate(csv.DictReader(f), start=2):
-            try:
-                out.append(Result(round=r["round"].lstrip("v"), benchmark=r["benchmark"], submitter=r["submitter"],
-                                  system=r["system"], accelerator=r["accelerator"],
-                                  n_gpus=int(r["num_accelerators"]), gbs=int(r["global_batch_size"]),
-                                  minutes=float(r["minutes"]), source=r["source"]))
-            except (KeyError, ValueError) as e:
-                raise ConfigError(f"{p}:{i}: bad results row ({e})") from None
+    for i, r in csv_rows(p):
+        try:
+            out.append(Result(round=r["round"].lstrip("v"), benchmark=r["benchmark"], submitter=r["submitter"],
+                              system=r["system"], accelerator=r["accelerator"],
+                              n_gpus=int(r["num_accelerators"]), gbs=int(r["global_batch_size"]),
+                              minutes=float(r["minutes"]), source=r["source"]))
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"{p}:{i}: bad results row ({e})") from None
     return out
