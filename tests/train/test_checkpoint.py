@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 
 import pytest
 import torch
@@ -164,3 +165,31 @@ def test_stop_inside_the_writer_is_still_a_stop(small_recipe, tmp_path, monkeypa
     with pytest.raises(stop):
         train(small_recipe("checkpoint.every_steps=2"), DistEnv(), RunOptions(out=out, max_steps=4))
     assert list((out / "checkpoints").iterdir()) == []  # the half-written save is gone
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_save_waits_for_the_commit(small_recipe, tmp_path, monkeypatch, sig):
+    """A real Ctrl-C or SIGTERM arriving while DCP writes: raised inside torch's C++ file writer it
+    would come back as a bogus write error and lose the checkpoint. Held, the save commits and the
+    stop follows (the CLI's SIGTERM handler raises `Terminated`; installed here the same way)."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    real = FileSystemWriter.write_data
+
+    def signalled(self, plan, planner):
+        os.kill(os.getpid(), sig)
+        return real(self, plan, planner)
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", signalled)
+    before = signal.signal(signal.SIGTERM, terminated)
+    out = tmp_path / "held"
+    try:
+        with pytest.raises(KeyboardInterrupt if sig == signal.SIGINT else Terminated):
+            train(small_recipe("checkpoint.every_steps=2"), DistEnv(), RunOptions(out=out, max_steps=4))
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert [p.name for p in committed(out / "checkpoints")] == ["step_00000002"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

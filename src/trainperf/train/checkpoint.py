@@ -20,6 +20,7 @@ DCP's `.metadata` is a pickle: load checkpoints you (or your cluster) wrote, not
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -51,6 +52,37 @@ _SAME_TRAIN = ("seed", "global_batch_size", "lr", "end_lr", "warmup_steps", "dec
                "beta1", "beta2", "eps", "grad_clip", "precision", "optimizer")
 _ATTEMPT_FILES = ("metrics.jsonl", "summary.json")
 _NEARLY_FULL = 1 << 20  # bytes left on a disk that a failed checkpoint write is blamed on
+
+
+@contextlib.contextmanager
+def _stops_held():
+    """Ctrl-C and SIGTERM wait while a checkpoint is written, then stop the run as they would have.
+    Raised inside torch's file writer, a stop is swallowed by its C++ code and comes back as a bogus
+    write error ("unexpected pos ..."), and the checkpoint is lost; held, the save commits and the
+    resume hint names it. A second signal does not wait. Yields the signals held so far (empty where
+    signals cannot be set: not the main thread)."""
+    held: list[int] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+
+    def hold(signum, frame):
+        held.append(signum)
+        if len(held) > 1:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            signal.raise_signal(signum)
+
+    try:
+        previous = {s: signal.signal(s, hold) for s in stops}
+    except ValueError:
+        yield held
+        return
+    try:
+        yield held
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _step_of(path: Path) -> int:
@@ -344,19 +376,23 @@ class Checkpointer:
             for stale in self.dir.glob(".step_*.tmp"):
                 shutil.rmtree(stale, ignore_errors=True)  # left by saves that crashed; never read
         env.barrier()
-        try:
-            dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
-            if env.is_main:
-                self._commit(tmp, final, step)
-        except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
-            inner = _inner_error(e)
-            if isinstance(inner, (KeyboardInterrupt, Terminated)):
-                # DCP wraps a Ctrl-C or SIGTERM that lands mid-save like any failure: it is still the
-                # stop the user asked for (exit 130/143), not a checkpoint error
+        with _stops_held() as stopping:
+            try:
+                dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
                 if env.is_main:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                raise inner from None
-            raise self._save_failed(e, tmp, final) from e
+                    self._commit(tmp, final, step)
+            except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
+                inner = _inner_error(e)
+                if stopping or isinstance(inner, (KeyboardInterrupt, Terminated)):
+                    # a stop that lands mid-save (raised inside DCP's writer, or a peer rank that
+                    # stopped at once) is still the stop the user asked for (exit 130/143), not a
+                    # checkpoint error; a held signal is raised again as the block ends
+                    if env.is_main:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    if stopping:
+                        raise
+                    raise inner from None
+                raise self._save_failed(e, tmp, final) from e
         if env.is_main:
             self._prune()
         env.barrier()
