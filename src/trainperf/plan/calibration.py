@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trainperf import atomic
 from trainperf.config import ConfigError
+from trainperf.plan.hardware import GENERATIONS
 
 CALIB_FILE = Path(__file__).with_name("calibration.toml")
 
@@ -42,7 +43,8 @@ class Calibration:
     config_sd_by_benchmark: dict = field(default_factory=dict)
     band_calibrated_on: str = "not calibrated"
     # per software stack other than megatron (plan/stack.py): its GEMM efficiency as a share of
-    # the fitted megatron one, and its own overlap of tp/cp/pp traffic (fitting.fit_pytorch)
+    # the fitted megatron one, per GPU generation it was fitted on (stack -> generation -> share),
+    # and its own overlap of tp/cp/pp traffic (fitting.fit_pytorch)
     stack_eff_scale: dict = field(default_factory=dict)
     stack_overlap: dict = field(default_factory=dict)
     stack_fitted_on: dict = field(default_factory=dict)
@@ -54,7 +56,22 @@ class Calibration:
         return self.gemm_eff.get(generation, self.gemm_eff.get("default", DEFAULT_EFF))
 
     def efficiency_for(self, generation: str, stack: str = "megatron") -> float:
-        return self.efficiency(generation) * self.stack_eff_scale.get(stack, 1.0)
+        return self.efficiency(generation) * self.stack_scale(generation, stack)
+
+    def stack_scale(self, generation: str, stack: str) -> float:
+        """The stack's share of the megatron efficiency on `generation`: its own fit where it has
+        rows there, else the fit of the newest generation before it that has (after it, where none
+        before has): software that reaches a share of one generation's peak is assumed to reach
+        that share of its successor's until measured there."""
+        fitted = self.stack_eff_scale.get(stack)
+        if not fitted:
+            return 1.0
+        if generation in fitted:
+            return fitted[generation]
+        i = GENERATIONS.index(generation)
+        before = [g for g in GENERATIONS[:i] if g in fitted]
+        after = [g for g in GENERATIONS[i + 1:] if g in fitted]
+        return fitted[before[-1] if before else after[0]]
 
     def overlap_for(self, stack: str = "megatron") -> float:
         return self.stack_overlap.get(stack, self.overlap)
@@ -80,8 +97,9 @@ class Calibration:
         if self.config_sd_by_benchmark:
             lines += ["", "[config_sd_by_benchmark]"]
             lines += [f"{k} = {v:.4f}" for k, v in sorted(self.config_sd_by_benchmark.items())]
-        for name, table, fmt in (("stack_eff_scale", self.stack_eff_scale, "{:.4f}"),
-                                 ("stack_overlap", self.stack_overlap, "{:.4f}"),
+        for stack, by_gen in sorted(self.stack_eff_scale.items()):
+            lines += ["", f"[stack_eff_scale.{stack}]"] + [f"{g} = {v:.4f}" for g, v in sorted(by_gen.items())]
+        for name, table, fmt in (("stack_overlap", self.stack_overlap, "{:.4f}"),
                                  ("stack_fitted_on", self.stack_fitted_on, '"{}"')):
             if table:
                 lines += ["", f"[{name}]"] + [f"{k} = {fmt.format(v)}" for k, v in sorted(table.items())]
@@ -106,6 +124,10 @@ def parse_calibration(text: str, where: str = "calibration") -> Calibration:
     bad = set(t) - known
     if bad:
         raise ConfigError(f"calibration {where}: unknown keys {sorted(bad)}")
+    for stack, by_gen in t.get("stack_eff_scale", {}).items():
+        odd = set(by_gen) - set(GENERATIONS) if isinstance(by_gen, dict) else {"(not a table)"}
+        if odd:
+            raise ConfigError(f"calibration {where}: stack_eff_scale.{stack}: unknown generations {sorted(odd)}")
     return Calibration(**t)
 
 
@@ -156,8 +178,8 @@ def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement, stack
         raise ConfigError(f"--calibrate: the run's achieved share of peak is {achieved:.3f}, outside (0, 1]")
     why = f"{cal.source}; {generation} {stack} refit from a run on {run.device}"
     if stack != "megatron":  # the stack's share of the fitted megatron efficiency
-        scale = dict(cal.stack_eff_scale)
-        scale[stack] = achieved / cal.efficiency(generation)
+        scale = {k: dict(v) for k, v in cal.stack_eff_scale.items()}
+        scale.setdefault(stack, {})[generation] = achieved / cal.efficiency(generation)
         return replace(cal, stack_eff_scale=scale, source=why)
     eff = dict(cal.gemm_eff)
     eff[generation] = achieved

@@ -19,7 +19,7 @@ from pathlib import Path
 from trainperf.config import ConfigError
 from trainperf.plan.calibration import Calibration
 from trainperf.plan.evidence import submitted as submitted_configs
-from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result
+from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result, gpus
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.results import FIT_SUBMITTERS, Result, csv_rows, load_results, submitter_key
 from trainperf.plan.validate import Predictor, band_sd
@@ -232,40 +232,48 @@ def fit_spread(results: list[Result], log=lambda msg: None) -> Calibration:
     return measure_spread(parse_calibration(fit(Calibration(), results, log=log).to_toml()), results)
 
 
-# -- the pytorch stack: torchtitan's published Llama 3.1 benchmarks on H100 ------------------
+# -- the pytorch stack: torchtitan's published benchmarks (H100 and A100) ------------------------
 
-TORCHTITAN = Path(__file__).parent / "data" / "torchtitan_h100.csv"
-TORCHTITAN_GPU = "h100_96gb"  # the benchmarks' Grand Teton H100 (hardware.toml)
-# Llama 3.1's shapes (Meta's config.json of Llama-3.1-8B/70B/405B: layers, hidden, heads, KV heads,
-# MLP, vocabulary); the sequence is each benchmark row's
-LLAMA31 = {
+TORCHTITAN = Path(__file__).parent / "data" / "torchtitan.csv"
+# Llama 3 / 3.1 shapes (Meta's config.json of Llama-3.1-8B/70B/405B: layers, hidden, heads, KV heads,
+# MLP, vocabulary; Llama 3 has 3.1's shapes) and Llama 2's (Llama-2-13b-hf / 70b-hf config.json);
+# the sequence is each benchmark row's
+TITAN_MODELS = {
     "llama31_8b": "layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,family=llama",
     "llama31_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192,family=llama",
     "llama31_405b": "layers=126,d_model=16384,heads=128,kv_heads=8,ffn=53248,vocab=128256,seq=8192,family=llama",
+    "llama2_13b": "layers=40,d_model=5120,heads=40,kv_heads=40,ffn=13824,vocab=32000,seq=4096,family=llama",
+    "llama2_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=32000,seq=4096,family=llama",
 }
+TITAN_MODELS["llama3_8b"], TITAN_MODELS["llama3_70b"] = TITAN_MODELS["llama31_8b"], TITAN_MODELS["llama31_70b"]
 PYTORCH_PARAMS = {"scale": (0.3, 1.5), "overlap": (0.0, 1.0)}
 
 
 @dataclass(frozen=True)
 class TitanRow:
-    """One row of torchtitan's benchmark tables: its layout and what it measured."""
+    """One row of torchtitan's benchmark tables: its GPU (hardware.toml), layout and what it measured."""
 
     table: int
     model: str
+    gpu: str
     gpus: int
     layout: Layout
     seq_len: int
-    compiled: bool
+    compiled: bool | None  # None: the table does not say
     async_tp: bool
     tps_per_gpu: float
-    memory_gib: float
+    memory_gib: float | None
     source: str
 
     @property
     def name(self) -> str:
         L = self.layout
-        return (f"table {self.table} {self.model} {self.gpus} GPUs fsdp {L.dp} tp {L.tp} pp {L.pp} cp {L.cp} "
+        return (f"table {self.table} {self.model} {self.gpus} {self.gpu} fsdp {L.dp} tp {L.tp} pp {L.pp} cp {L.cp} "
                 f"seq {self.seq_len} {L.precision}{' compiled' if self.compiled else ''}")
+
+    @property
+    def generation(self) -> str:
+        return gpus()[self.gpu].generation
 
 
 def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
@@ -276,18 +284,27 @@ def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
             lay = Layout(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), dp=int(r["fsdp"]), cp=int(r["cp"]),
                          mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
                          precision="fp8" if r["float8"] == "true" else "bf16")
-            out.append(TitanRow(int(r["table"]), r["model"], int(r["gpus"]), lay, int(r["seq_len"]),
-                                r["compile"] == "true", r["async_tp"] == "true", float(r["tps_per_gpu"]),
-                                float(r["memory_gib"]), r["source"]))
+            compiled = {"true": True, "false": False, "": None}[r["compile"]]
+            if r["gpu"] not in gpus() or r["model"] not in TITAN_MODELS:
+                raise ValueError(f"unknown gpu '{r['gpu']}' or model '{r['model']}'")
+            out.append(TitanRow(int(r["table"]), r["model"], r["gpu"], int(r["gpus"]), lay, int(r["seq_len"]),
+                                compiled, r["async_tp"] == "true", float(r["tps_per_gpu"]),
+                                float(r["memory_gib"]) if r["memory_gib"] else None, r["source"]))
         except (KeyError, ValueError) as e:
             raise ConfigError(f"{p}:{i}: bad torchtitan row ({e})") from None
     return out
 
 
+def fit_rows(rows: list[TitanRow]) -> list[TitanRow]:
+    """The rows the pytorch stack is fitted on: all but those a table states ran eager (trainperf
+    compiles; the A100 tables do not say)."""
+    return [r for r in rows if r.compiled is not False]
+
+
 def titan_estimate(row: TitanRow, cal: Calibration) -> Estimate:
     """Row `row` priced on the pytorch stack at its own layout."""
-    b = custom_workload(LLAMA31[row.model], seq_len=row.seq_len, gbs=row.layout.gbs)
-    m = Model(b, cluster(TORCHTITAN_GPU, row.gpus), cal, samples=float(row.layout.gbs), stack="pytorch")
+    b = custom_workload(TITAN_MODELS[row.model], seq_len=row.seq_len, gbs=row.layout.gbs)
+    m = Model(b, cluster(row.gpu, row.gpus), cal, samples=float(row.layout.gbs), stack="pytorch")
     return m.estimate(row.layout)
 
 
@@ -297,25 +314,35 @@ def titan_error(row: TitanRow, cal: Calibration) -> float:
 
 
 def _set_pytorch(cal: Calibration, name: str, v: float) -> Calibration:
-    key = "stack_eff_scale" if name == "scale" else "stack_overlap"
-    return replace(cal, **{key: {**getattr(cal, key), "pytorch": v}})
+    """`name`: "overlap", or a generation whose efficiency share is set."""
+    if name == "overlap":
+        return replace(cal, stack_overlap={**cal.stack_overlap, "pytorch": v})
+    scale = {**cal.stack_eff_scale, "pytorch": {**cal.stack_eff_scale.get("pytorch", {}), name: v}}
+    return replace(cal, stack_eff_scale=scale)
 
 
 def fit_pytorch(calib: Calibration, rows: list[TitanRow] | None = None) -> Calibration:
-    """The pytorch stack's efficiency (a share of the megatron fit's) and overlap, fitted by
-    coordinate-wise golden-section search on torchtitan's compiled rows (eager rows are not the
-    stack trainperf runs): mean |log| error of tokens/s per GPU, each row at its own layout."""
-    rows = [r for r in (rows if rows is not None else load_torchtitan()) if r.compiled]
+    """The pytorch stack's efficiency (a share of the megatron fit's) per GPU generation it has
+    rows on, and its overlap of tp/cp/pp traffic, fitted by coordinate-wise golden-section search
+    on torchtitan's rows (`fit_rows`): mean |log| error of tokens/s per GPU, each row at its own
+    layout on its own GPU."""
+    rows = fit_rows(rows if rows is not None else load_torchtitan())
     if not rows:
-        raise ConfigError("calibrate: no compiled torchtitan rows to fit the pytorch stack on")
+        raise ConfigError("calibrate: no torchtitan rows to fit the pytorch stack on")
+    gens = sorted({r.generation for r in rows})
 
-    def loss(cal: Calibration) -> float:
-        return sum(abs(math.log(1 + titan_error(r, cal))) for r in rows) / len(rows)
+    def loss(cal: Calibration, on: list[TitanRow]) -> float:
+        return sum(abs(math.log(1 + titan_error(r, cal))) for r in on) / len(on)
 
-    cal = _set_pytorch(_set_pytorch(calib, "scale", 1.0), "overlap", calib.overlap)
+    cal = replace(calib, stack_eff_scale={**calib.stack_eff_scale, "pytorch": {g: 1.0 for g in gens}})
+    cal = _set_pytorch(cal, "overlap", calib.overlap)
+    # a generation's share moves only its own rows' errors; the overlap moves every row's
+    params = [(g, PYTORCH_PARAMS["scale"], [r for r in rows if r.generation == g]) for g in gens]
+    params.append(("overlap", PYTORCH_PARAMS["overlap"], rows))
     for _sweep in range(3):
-        for name, (lo, hi) in PYTORCH_PARAMS.items():
-            cal = _set_pytorch(cal, name, _golden(lambda v: loss(_set_pytorch(cal, name, v)), lo, hi))
-    on = (f"{len(rows)} compiled rows of torchtitan's Llama 3.1 H100 benchmarks (data/torchtitan_h100.csv), "
-          "tokens/s per GPU at each row's layout")
+        for name, (lo, hi), on in params:
+            cal = _set_pytorch(cal, name, _golden(lambda v: loss(_set_pytorch(cal, name, v), on), lo, hi))
+    by_gpu = ", ".join(f"{sum(r.gpu == g for r in rows)} on {g}" for g in sorted({r.gpu for r in rows}))
+    on = (f"{len(rows)} rows of torchtitan's Llama benchmarks (data/torchtitan.csv: {by_gpu}; eager rows "
+          "left out), tokens/s per GPU at each row's layout")
     return replace(cal, stack_fitted_on={**cal.stack_fitted_on, "pytorch": on})

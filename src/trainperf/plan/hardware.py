@@ -13,6 +13,9 @@ from trainperf.layout import PRECISIONS  # slowest to fastest; one list for the 
 CATALOG = Path(__file__).with_name("hardware.toml")
 # FP16 with loss scaling (A100-era runs) as a matmul format the planner prices: 16-bit like BF16
 FP16 = "fp16"
+# GPU generations in release order (hardware.toml's `generation`): a stack fitted on some of them
+# carries the newest fitted one's efficiency to the ones it has no rows for (plan/calibration.py)
+GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra")
 PLAN_PRECISIONS = (FP16, *PRECISIONS)  # what `plan --precision` takes
 
 
@@ -122,6 +125,8 @@ def _raw() -> dict:
 def gpus() -> dict[str, GPU]:
     out = {}
     for key, t in _raw()["gpu"].items():
+        if t["generation"] not in GENERATIONS:
+            raise ConfigError(f"{CATALOG}: gpu.{key}.generation: unknown '{t['generation']}' (known: {', '.join(GENERATIONS)})")
         tf = {p: float(t[f"{p}_tflops"]) for p in PRECISIONS if t.get(f"{p}_tflops")}
         out[key] = GPU(key=key, name=t["name"], generation=t["generation"], tflops=tf, hbm_gb=t["hbm_gb"],
                        usable_mib=t["usable_mib"], hbm_tbps=t["hbm_tbps"], nvlink_gbps=t["nvlink_gbps"],

@@ -6,8 +6,8 @@ and PyTorch-native runs (torchtitan, MosaicML's Composer/FSDP benchmarks: the `p
 `data/published_models.csv` holds the shapes they name. Each run is predicted through `make_plan`,
 the path `trainperf plan --model` takes, with its own stack and its whole layout fixed, and its
 tokens/s per GPU compared with the published one. Nothing here is fitted: the megatron stack is
-fitted on MLPerf results only and the pytorch stack on torchtitan's H100 tables
-(data/torchtitan_h100.csv), which this catalogue does not repeat.
+fitted on MLPerf results only and the pytorch stack on torchtitan's H100 and A100 tables
+(data/torchtitan.csv), which this catalogue does not repeat.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@
 - `pytorch`: PyTorch-native training as trainperf's own trainer and torchtitan run it: FSDP2
   (weights, gradients and optimizer state sharded over dp·cp, parameters all-gathered for the
   forward and again for the backward), DTensor tensor parallelism, torch.distributed.pipelining
-  schedules, torch.compile, torchao Float8 (no FP4). Its compute efficiency and overlap are fitted
-  on torchtitan's published Llama 3.1 H100 benchmarks (fitting.fit_pytorch).
+  schedules, torch.compile, torchao Float8 (no FP4). Its compute efficiency, per GPU generation,
+  and overlap are fitted on torchtitan's published Llama benchmarks on H100 and A100
+  (fitting.fit_pytorch).
 """
 
 from __future__ import annotations
