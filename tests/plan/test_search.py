@@ -127,6 +127,22 @@ def test_layout_errors_say_what_is_wrong():
         make_plan("gpt3_175b", "h100", 8, calib=CAL)
 
 
+def test_a_layout_fixed_in_every_value_is_priced_over_memory_with_a_warning():
+    """Asked about one whole layout (one that ran, say), the plan prices it and says what the memory
+    model thinks of it; one value left to the search and it is refused as before."""
+    whole = {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "mbs": 8, "recompute": "none", "precision": "bf16"}
+    p = make_plan("llama31_8b", "h100", 8, layout=whole, calib=CAL, gbs=64)
+    assert p.over_memory is not None and "GB over" in p.over_memory
+    assert p.best.estimate.memory.total > p.best.estimate.capacity
+    d = p.to_dict()
+    assert d["fits_memory"] is False and d["memory_warning"] == p.over_memory and d["minutes"] > 0
+    fits = make_plan("llama31_8b", "h100", 8, layout={**whole, "mbs": 1, "recompute": "full"}, calib=CAL, gbs=64)
+    assert fits.over_memory is None and fits.to_dict()["fits_memory"] is True
+    with pytest.raises(PlanError, match="GB over"):
+        make_plan("llama31_8b", "h100", 8, layout={k: v for k, v in whole.items() if k != "precision"},
+                  calib=CAL, gbs=64)
+
+
 def test_parse_gpus():
     assert parse_gpus("64..512") == [64, 128, 256, 512]
     assert parse_gpus("8,72") == [8, 72]

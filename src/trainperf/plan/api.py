@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainperf.config import ConfigError
 from trainperf.errors import PlanError
@@ -38,6 +38,9 @@ class Plan:
     fastest_unpublished: Prediction | None = None  # the fastest layout, when evidence ranked another first
     tokens: float | None = None  # a model that is not a benchmark: its token budget (None: step only)
     stack: str = "megatron"  # the software priced (plan/stack.py)
+    # a --layout that fixes every value and that the memory model says does not fit: priced anyway,
+    # with what the model says it needs ('needs X GB of Y GB ...'); None when it fits
+    over_memory: str | None = None
 
     @property
     def cost(self) -> Cost:
@@ -78,6 +81,8 @@ class Plan:
                                     if self.fastest_unpublished is not None else None),
             "search": {"layouts_evaluated": self.result.evaluated, "seconds": round(self.seconds, 3),
                        "fixed": self.fixed},
+            "fits_memory": self.over_memory is None,
+            "memory_warning": self.over_memory,
             "calibration": {"generation": self.cluster.gpu.generation,
                             "gemm_efficiency": round(self.calibration.efficiency_for(self.cluster.gpu.generation,
                                                                                      self.stack), 4),
@@ -161,12 +166,25 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven,
                  proven_precisions=formats)
     dt = time.perf_counter() - t0
+    over = None
     if not res.best:
-        raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
+        if res.closest_unfit is None or not _pinned(fix, gbs, precision):
+            raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
+        # every value fixed: the user asks about one layout (often one that ran); the memory model's
+        # verdict is reported beside its price instead of in place of it
+        over = fits_hint(model, res.closest_unfit.layout)
+        res = replace(res, best=[res.closest_unfit])
     fast = None if res.fastest_unranked is None else predict(model, res.fastest_unranked)
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, predictions=[predict(model, e) for e in res.best],
                 seconds=dt, fixed=layout or {}, convergence=convergence, explore=explore, price=price, pue=pue,
-                formats=formats, fastest_unpublished=fast, tokens=tokens, stack=stack)
+                formats=formats, fastest_unpublished=fast, tokens=tokens, stack=stack, over_memory=over)
+
+
+def _pinned(fix: dict, gbs: int | None, precision: str | None) -> bool:
+    """--layout fixes the whole layout: tp, pp, cp, micro-batch and recompute (dp follows from the
+    GPU count), the global batch and the format, and vpp wherever there is a pipeline."""
+    return ({"tp", "pp", "cp", "mbs", "recompute"} <= fix.keys() and gbs is not None and precision is not None
+            and (fix["pp"] == 1 or "vpp" in fix))
 
 
 def _benchmark(bench: str | Benchmark, round_: str | None) -> Benchmark:

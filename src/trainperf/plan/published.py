@@ -158,9 +158,10 @@ class Row:
     run: Run
     prediction: Prediction | None
     reason: str = ""  # why there is no prediction
-    # "layout": the planner cannot be asked for this layout (a missing option, a split it refuses);
-    # "memory": it can, but its memory model says the layout does not fit, though it ran
+    # "layout": the planner cannot be asked for this layout (a missing option, a split it refuses)
     refused: str = ""
+    # priced, but the memory model says the layout does not fit, though it ran ('needs X GB of Y GB')
+    over_memory: str | None = None
 
     @property
     def predicted(self) -> float | None:
@@ -189,6 +190,7 @@ class Row:
             est = self.prediction.estimate
             d["memory_gb_per_gpu"] = round(est.memory.total / 1e9, 2)
             d["memory_capacity_gb"] = round(est.capacity / 1e9, 2)
+            d["fits_memory"] = self.over_memory is None
         return d
 
 
@@ -217,8 +219,8 @@ def predict_run(run: Run, shapes: dict, calib: Calibration) -> Row:
     except ConfigError as e:
         return Row(run, None, str(e), "layout")
     except PlanError as e:
-        return Row(run, None, str(e), "memory" if "fits in memory" in str(e) else "layout")
-    return Row(run, plan.best)
+        return Row(run, None, str(e), "layout")
+    return Row(run, plan.best, over_memory=plan.over_memory)
 
 
 def _stats(rows: list[Row]) -> dict:
@@ -243,7 +245,8 @@ class Report:
 
     def to_dict(self) -> dict:
         return {"summary": {"all": _stats(self.rows), "by_stack": self.groups()},
-                "not_expressible": self.refused("layout"), "memory_refused": self.refused("memory"),
+                "not_expressible": self.refused("layout"),
+                "over_memory_model": sum(1 for r in self.rows if r.over_memory is not None),
                 "calibration": self.calibration, "rows": [r.to_dict() for r in self.rows]}
 
     def refused(self, kind: str) -> int:

@@ -169,10 +169,17 @@ def print_model_plan(plan, explain: bool = False, note: str | None = None) -> No
                  f"(80% band {pred.minutes_p10 / 60:,.1f}-{pred.minutes_p90 / 60:,.1f} h, the MLPerf fit's spread "
                  "away from NVIDIA's configurations)")
     c.print(line)
+    _memory_warning(c, plan)
     if budget:
         c.print(_cost_line(plan.cost))
     if explain:
         print_explain(best)
+
+
+def _memory_warning(c, plan) -> None:
+    if plan.over_memory is not None:
+        c.print(f"[bold]memory: this layout does not fit by the memory model[/] ({plan.over_memory}); priced "
+                "anyway because --layout fixed every value (the model errs: plan-validation.md)")
 
 
 def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
@@ -216,6 +223,7 @@ def print_plan(plan, explain: bool = False, note: str | None = None) -> None:
             f"{'' if plan.bench.mlperf in plan.calibration.config_sd_by_benchmark else ' (too few of them: all benchmarks pooled)'}, "
             f"convergence {band.convergence_sd:.3f} from the RCPs; "
             "`plan validate` shows its coverage of the other half)")
+    _memory_warning(c, plan)
     c.print(_evidence_line(plan))
     if (trend := plan.trend) is not None:
         c.print(_trend_line(trend, best))
@@ -477,10 +485,12 @@ def print_published(report) -> None:
                   f"{x.tokens_per_s_per_gpu:.0f}", "-" if r.error is None else f"{r.predicted:.0f}",
                   "-" if r.error is None else f"{100 * r.error:+.1f}%")
     c.print(t)
-    what = {"layout": "not expressible", "memory": "refused by the memory model (it ran)"}
     for r in report.rows:
         if r.prediction is None:
-            c.print(f"{what[r.refused]}: {r.run.table} {r.run.name}: {r.reason}")
+            c.print(f"not expressible: {r.run.table} {r.run.name}: {r.reason}")
+        elif r.over_memory is not None:
+            c.print(f"over the memory model (it ran; priced at its fixed layout): {r.run.table} {r.run.name}: "
+                    f"{r.over_memory}")
     s = Table(title="error of tokens/s per GPU (MAPE; negative signed error: the model is too slow)")
     for col in ("stack", "generation", "rows", "predicted", "MAPE", "signed"):
         s.add_column(col, justify="left" if col in ("stack", "generation") else "right")
