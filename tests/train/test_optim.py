@@ -205,6 +205,11 @@ def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, at
     for u, o in zip(ups, got):
         assert o.shape == u.shape
         torch.testing.assert_close(o.float(), newton_schulz(u, coef, 1e-7, dtype).float(), rtol=0, atol=atol)
+    # the Nesterov update made inside the stack is the one made outside it, bit for bit
+    bufs = [torch.randn(s, generator=gen) for s in shapes]
+    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95)
+    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True)
+    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
     kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw", ns_steps=3)
     together = [torch.nn.Parameter(u.clone()) for u in ups]
     alone = [torch.nn.Parameter(u.clone()) for u in ups]

@@ -57,27 +57,41 @@ def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.
 
 
 def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
-                  stack: bool | None = None) -> list[torch.Tensor]:
+                  stack: bool | None = None, toward: list[torch.Tensor] | None = None,
+                  weight: float = 0.0) -> list[torch.Tensor]:
     """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
     batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
     (AVX512-BF16), 2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms
     stacked against 40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so
     fp32 (the AVX2 machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix
-    takes torch's 2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both)."""
+    takes torch's 2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both).
+
+    With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
+    straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
+    come back in `dtype`, as views of the stack."""
+    def update(i: int) -> torch.Tensor:
+        return updates[i] if toward is None else torch.lerp(updates[i], toward[i], weight)
+
     wide = [tuple(sorted(u.shape)) for u in updates]
     out: list[torch.Tensor | None] = [None] * len(updates)
     for shape in dict.fromkeys(wide):
         idx = [i for i, w in enumerate(wide) if w == shape]
         if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
             for i in idx:
-                out[i] = newton_schulz(updates[i], schedule, eps, dtype)
+                out[i] = newton_schulz(update(i), schedule, eps, dtype)
             continue
         # the tall ones enter transposed, so the stack is all wide and comes back in each one's shape
-        batch = torch.stack([updates[i].to(dtype).mT if updates[i].size(0) > updates[i].size(1)
-                             else updates[i].to(dtype) for i in idx])
+        batch = torch.empty((len(idx), *shape), dtype=dtype, device=updates[idx[0]].device)
+        tall = [updates[i].size(0) > updates[i].size(1) for i in idx]
+        for k, i in enumerate(idx):
+            dst = batch[k].mT if tall[k] else batch[k]
+            if toward is None:
+                dst.copy_(updates[i])
+            else:
+                torch.lerp(updates[i], toward[i], weight, out=dst)
         ortho = newton_schulz(batch, schedule, eps, dtype)
         for k, i in enumerate(idx):
-            out[i] = ortho[k].mT if updates[i].size(0) > updates[i].size(1) else ortho[k]
+            out[i] = ortho[k].mT if tall[k] else ortho[k]
     return out  # type: ignore[return-value]
 
 
@@ -114,16 +128,24 @@ class Muon(torch.optim.Muon):
         bufs = [self.state[p]["momentum_buffer"] for p in params]
         # torch's step, one foreach call per operation for all the matrices instead of one op per matrix
         torch._foreach_lerp_(bufs, grads, 1 - mu)
-        updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
         schedule = self.ns_schedule or [tuple(group["ns_coefficients"])] * group["ns_steps"]
         args = schedule, group["eps"], self.ns_dtype
-        if isinstance(updates[0], DTensor):
+        if isinstance(grads[0], DTensor):
+            updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
             orthos = [self._sharded(u, *args) for u in updates]
+        elif group["nesterov"]:  # the Nesterov update made inside, in Newton-Schulz's format
+            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu)
         else:
-            orthos = [o.to(p.dtype) for o, p in zip(orthogonalize(updates, *args), params)]
+            orthos = orthogonalize(bufs, *args)
         torch._foreach_mul_(params, 1 - lr * wd)
+        # one foreach add per step size (one per shape); a 16-bit update is widened inside the add
+        by_alpha: dict[float, tuple[list, list]] = {}
         for p, o in zip(params, orthos):
-            p.add_(o, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))
+            ps, os_ = by_alpha.setdefault(-_adjust_lr(lr, group["adjust_lr_fn"], p.shape), ([], []))
+            ps.append(p)
+            os_.append(o)
+        for alpha, (ps, os_) in by_alpha.items():
+            torch._foreach_add_(ps, os_, alpha=alpha)
 
     @staticmethod
     def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype) -> DTensor:
