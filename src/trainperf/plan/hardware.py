@@ -16,6 +16,12 @@ FP16 = "fp16"
 # GPU generations in release order (hardware.toml's `generation`): a stack fitted on some of them
 # carries the newest fitted one's efficiency to the ones it has no rows for (plan/calibration.py)
 GENERATIONS = ("ampere", "hopper", "blackwell", "blackwell_ultra")
+# A GPU run below the power its datasheet rates it at (`tdp_w` < `rated_w`: a fleet's power cap)
+# sustains lower clocks: its peaks are the datasheet's times (tdp_w / rated_w) ** POWER_EXPONENT.
+# The exponent is NVIDIA's own, read off the catalog's two pairs of one die at two power ratings:
+# B200 (1000 W) / GB200 (1200 W) 0.578 at every format, B300 (1100 W) / GB300 (1400 W) 0.437 in
+# BF16 and FP8, 0.554 in FP4; 0.53 is their mean.
+POWER_EXPONENT = 0.53
 PLAN_PRECISIONS = (FP16, *PRECISIONS)  # what `plan --precision` takes
 
 
@@ -57,18 +63,26 @@ class GPU:
     nvlink_domain: int
     nic_gbps: float
     network: str
-    tdp_w: float
+    tdp_w: float  # the power it runs at (the energy estimate's too)
     source: str
+    rated_w: float = 0.0  # the power the datasheet's peaks are quoted at; 0: tdp_w
+
+    @property
+    def power_scale(self) -> float:
+        """The share of the datasheet's peaks sustained at `tdp_w` (1 at the rated power)."""
+        if not self.rated_w or self.tdp_w >= self.rated_w:
+            return 1.0
+        return (self.tdp_w / self.rated_w) ** POWER_EXPONENT
 
     def peak(self, precision: str) -> float:
-        """Dense peak FLOP/s at `precision`; the next-slower format when this GPU lacks it. FP16
-        runs at the BF16 tensor-core rate on every catalogued GPU (A100 312, H100 989 TFLOP/s
-        dense both), so the catalog states the 16-bit rate once."""
+        """Dense peak FLOP/s at `precision`, at the power it runs at; the next-slower format when
+        this GPU lacks it. FP16 runs at the BF16 tensor-core rate on every catalogued GPU (A100 312,
+        H100 989 TFLOP/s dense both), so the catalog states the 16-bit rate once."""
         if precision == FP16:
             precision = "bf16"
         for p in PRECISIONS[: PRECISIONS.index(precision) + 1][::-1]:
             if self.tflops.get(p):
-                return self.tflops[p] * 1e12
+                return self.tflops[p] * 1e12 * self.power_scale
         raise ConfigError(f"gpu {self.key}: no tensor-core rate for {precision}")
 
     def precisions(self) -> list[str]:
@@ -131,7 +145,7 @@ def gpus() -> dict[str, GPU]:
         out[key] = GPU(key=key, name=t["name"], generation=t["generation"], tflops=tf, hbm_gb=t["hbm_gb"],
                        usable_mib=t["usable_mib"], hbm_tbps=t["hbm_tbps"], nvlink_gbps=t["nvlink_gbps"],
                        nvlink_domain=int(t["nvlink_domain"]), nic_gbps=t["nic_gbps"], network=t["network"],
-                       tdp_w=t["tdp_w"], source=t["source"])
+                       tdp_w=t["tdp_w"], source=t["source"], rated_w=t.get("rated_w", 0.0))
     return out
 
 
