@@ -250,7 +250,11 @@ class Trainer:
         x, y = (shard_sequence(t, self.dims).to(self.device) for t in (window[:, :-1], window[:, 1:]))
         self.engine.forward_backward(x, y, None, g.accum)
         self.opt.zero_grad(set_to_none=True)
-        fake = [torch.randint(0, vocab, t.shape, generator=gen) for t in self.ev.inputs]
+        # every evaluation forward has one shape (`evaluate` pads each chunk to whole micro-batches
+        # on every rank), so one micro-batch per rank compiles it: not the whole eval set again
+        first = self.ev.inputs[0]
+        n = min(first.shape[0], g.micro * self.dims.dp)
+        fake = [torch.randint(0, vocab, (n, *first.shape[1:]), generator=gen)]
         self.evaluate(EvalSet(fake, fake, self.ev.target_bytes, self.ev.target_tokens, self.ev.samples))
 
     # ---- one step
