@@ -74,3 +74,43 @@ def test_rms_norm_runs_fused_under_bf16_autocast_without_warnings():
     norm = m.layers["0"].attn_norm
     ref = (h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + norm.eps)).bfloat16()
     torch.testing.assert_close(norm(h), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients(monkeypatch):
+    """Past model.loss.LOSS_CHUNK_BYTES the head and the loss run chunk by chunk under activation
+    checkpointing: the per-token losses and every gradient are the whole computation's (fp32; the
+    head's weight gradient summed over chunks, so equal to rounding), unscored targets included."""
+    import trainperf.model.loss as loss
+
+    cfg = ModelConfig(family="llama", n_layer=2, d_model=32, n_head=4, vocab_size=97, seq_len=24)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 97, (3, 24), generator=gen)
+    y = torch.randint(0, 97, (3, 24), generator=gen)
+    y[0, :5] = -100  # a prompt's unscored tokens
+    runs = []
+    for chunk_bytes in (1 << 40, 11 * 97 * 12):  # whole; then 7 chunks of 11 tokens, the last 6
+        monkeypatch.setattr(loss, "LOSS_CHUNK_BYTES", chunk_bytes)
+        torch.manual_seed(0)
+        m = Transformer(cfg)
+        losses = m(x, y)
+        (losses.sum() / 3).backward()
+        runs.append((losses.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert loss.loss_chunk(72, 97) == 11  # the second run did chunk
+    (l0, g0), (l1, g1) = runs
+    assert l1.shape == (3, 24) and torch.equal(l1[0, :5], torch.zeros(5))
+    torch.testing.assert_close(l1, l0, rtol=0, atol=1e-6)
+    for n in g0:
+        torch.testing.assert_close(g1[n], g0[n], rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_loss_chunks_are_equal_and_bounded():
+    from trainperf.model.loss import LOSS_BYTES, LOSS_CHUNK_BYTES, loss_chunk
+
+    assert loss_chunk(2048, 32000) == 2048  # 0.79 GB: whole
+    for tokens, vocab in ((8192, 128256), (2048, 128256), (16384, 50368)):
+        c = loss_chunk(tokens, vocab)
+        n = -(-tokens // c)
+        assert c * vocab * LOSS_BYTES <= LOSS_CHUNK_BYTES  # each chunk holds no more
+        assert (n - 1) * c < tokens <= n * c
+        assert n == -(-tokens * vocab * LOSS_BYTES // LOSS_CHUNK_BYTES)  # the fewest that do
+    assert loss_chunk(8192, 128256) == 683  # Llama 3.1 8B's sequence: 12 chunks, 1.05 GB each

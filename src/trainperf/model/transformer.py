@@ -16,9 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 
 from trainperf.config import ModelConfig
 from trainperf.model.init import fill_
+from trainperf.model.loss import loss_chunk
 
 
 class LoRALinear(nn.Module):
@@ -240,13 +242,27 @@ class Transformer(nn.Module):
             x = block(x, self.rope)
         if self.output is None:
             return x
-        logits = self.output(self.norm(x))
+        h = self.norm(x)
+        if targets is None:
+            return self._logits(h)
+        # chunked where the whole loss would hold too much (model/loss.py); under tensor
+        # parallelism `h` is a DTensor and the logits are split over the vocabulary instead
+        chunk = targets.numel() if isinstance(h, DTensor) else loss_chunk(targets.numel(), self.cfg.vocab_size)
+        if chunk >= targets.numel():
+            return token_losses(self._logits(h), targets)
+        hs, ts = h.flatten(0, 1).split(chunk), targets.flatten().split(chunk)
+        losses = [checkpoint(self._chunk_losses, hc[None], tc[None], use_reentrant=False) for hc, tc in zip(hs, ts)]
+        return torch.cat(losses, dim=1).view(targets.shape).clone()  # not a view: FSDP2 warns of one
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        logits = self.output(h)
         if self.cfg.logit_softcap > 0:
             cap = self.cfg.logit_softcap
             logits = cap * torch.tanh(logits / cap)
-        if targets is None:
-            return logits
-        return token_losses(logits, targets)
+        return logits
+
+    def _chunk_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return token_losses(self._logits(h), targets)
 
 
 def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

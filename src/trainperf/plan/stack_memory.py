@@ -43,7 +43,9 @@ parameter (2 under bf16 mixed precision, else 4):
                and the flat all-gather buffer of the block prefetched for the next backward before
                it is copied out, (2·w + 4)·block parameters/tp in bf16 (8 in fp32); gone before the
                next block's
-  logits       the loss of one micro-batch of s/cp tokens over the vocabulary/tp entries of this
+  logits       (past model/loss.py's LOSS_CHUNK_BYTES, without tp or pp: one chunk of tokens' worth
+               of what follows, beside the head's gradient summed over the chunks, `_loss_bytes`)
+               the loss of one micro-batch of s/cp tokens over the vocabulary/tp entries of this
                rank (the head's output stays split over the vocabulary and the loss is taken by
                loss_parallel, without gathering it), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
@@ -69,11 +71,11 @@ import functools
 from dataclasses import dataclass
 
 from trainperf.config import ModelConfig
+from trainperf.model.loss import LOSS_BYTES, loss_chunk
 from trainperf.plan.memory import activation_bytes_per_layer
 
 ADAM_BYTES = 8  # two fp32 moments per trainable parameter
 MUON_BYTES = 4  # one fp32 momentum buffer
-LOSS_BYTES = 12  # cross-entropy's backward: saved fp32 log-softmax, incoming and outgoing fp32 gradients
 
 
 @dataclass(frozen=True)
@@ -295,9 +297,23 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
             ranks=tuple(ranks), params=P, trainable=T, optimizer=opt, acts_per_mb=act_layer * n_layers,
             rebuilt=rebuilt if n_layers else 0.0,
             gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
-            logits=mbs * s_loc * cfg.vocab_size * LOSS_BYTES / tp if last else 0.0,
+            logits=_loss_bytes(cfg, mbs * s_loc, tp, pp, w) if last else 0.0,
             reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
     return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
+
+
+def _loss_bytes(cfg: ModelConfig, tokens: int, tp: int, pp: int, w: int) -> float:
+    """The loss's transient on the last stage (`logits` in the module's terms). Where the trainer
+    takes it in chunks (model/loss.py: neither tensor parallelism nor a pipeline, and more than one
+    chunk), one chunk's, beside the head's gradient: autograd sums the chunks' weight gradients out
+    of place (the running sum, the new chunk's and their sum: 3 x w.V.D at the add; one stays for the
+    rest of the backward). Traced at V = 128,256: planned/traced 1.01-1.02 (docs/scale-validation.md)."""
+    chunk = loss_chunk(tokens, cfg.vocab_size) if tp == 1 and pp == 1 else tokens
+    whole = chunk * cfg.vocab_size * LOSS_BYTES / tp
+    if chunk >= tokens:
+        return whole
+    head = 0.0 if cfg.lora_rank else float(w * cfg.vocab_size * cfg.d_model)  # a LoRA run's head is frozen
+    return head + max(whole, 2 * head)
 
 
 def stack_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, dp: int = 1,
