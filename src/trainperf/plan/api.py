@@ -166,18 +166,23 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     res = search(model, n_gpus, gbs=gbs, ceiling=ceiling, precision=precision, top=top, fix=fix, proven=proven,
                  proven_precisions=formats)
     dt = time.perf_counter() - t0
-    over = None
-    if not res.best:
-        if res.closest_unfit is None or not _pinned(fix, gbs, precision):
-            raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
-        # every value fixed: the user asks about one layout (often one that ran); the memory model's
-        # verdict is reported beside its price instead of in place of it
-        over = fits_hint(model, res.closest_unfit.layout)
-        res = replace(res, best=[res.closest_unfit])
+    res, over = _over_memory(model, res, n_gpus, gbs, ceiling, precision, fix)
     fast = None if res.fastest_unranked is None else predict(model, res.fastest_unranked)
     return Plan(bench=b, cluster=cl, calibration=cal, result=res, predictions=[predict(model, e) for e in res.best],
                 seconds=dt, fixed=layout or {}, convergence=convergence, explore=explore, price=price, pue=pue,
                 formats=formats, fastest_unpublished=fast, tokens=tokens, stack=stack, over_memory=over)
+
+
+def _over_memory(model: Model, res: SearchResult, n_gpus: int, gbs: int | None, ceiling: str,
+                 precision: str | None, fix: dict) -> tuple[SearchResult, str | None]:
+    """The search's result, and what the memory model says of a layout that does not fit where
+    --layout fixed every value: the user asks about that one layout (often one that ran), so its
+    price is given with the verdict beside it; otherwise no fitting layout is the one-line error."""
+    if res.best:
+        return res, None
+    if res.closest_unfit is None or not _pinned(fix, gbs, precision):
+        raise _no_layout(model, res, n_gpus, gbs, ceiling, precision, fix)
+    return replace(res, best=[res.closest_unfit]), fits_hint(model, res.closest_unfit.layout)
 
 
 def _pinned(fix: dict, gbs: int | None, precision: str | None) -> bool:
