@@ -31,7 +31,7 @@ def test_traced_planned_and_gpu_memory_side_by_side(capsys):
     assert "extended to 16" in m["traced_layers"]
     # one planned memory: the planner's section prices the stack that runs (pytorch), the same sum
     p = d["planner"]
-    assert p["stack"] == "pytorch"
+    assert p["stack"] == "pytorch" and p["loss_chunk_tokens"] is None  # tp 2: the logits split instead
     assert {k: p["memory_gb"][k] for k in m["planned"] if k != "total"} == {k: v for k, v in m["planned"].items()
                                                                              if k != "total"}
     assert abs(p["memory_gb"]["total"] - p["memory_gb"]["reserve"] - m["planned_gb"]) <= 0.011
@@ -56,6 +56,8 @@ def test_no_trace_skips_it(capsys):
     rc, d, err = _dry(capsys, "llama31_8b", *LLAMA_1B, "--nproc", "8", "--gpu", "h100", "--no-trace")
     assert rc == 0, err
     assert d["memory"] is None and d["planner"]["gpu"] == "h100" and d["planner"]["stack"] == "pytorch"
+    # one 8,192-token micro-batch over 128,256 entries is taken in 12 chunks (model/loss.py)
+    assert d["planner"]["loss_chunk_tokens"] == 683
 
 
 def test_full_recompute_under_tensor_parallelism_plans_what_it_traces(capsys):

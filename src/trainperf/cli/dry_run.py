@@ -134,10 +134,25 @@ def planner_estimate(r: Recipe, dims, geometry, gpu: str, precision: str, planne
     out = {"stack": STACK, "gpu": model.gpu.key, "gpu_name": model.gpu.name, "precision": priced, "round": b.round,
            "memory_gb": mem.as_gb(), "capacity_gb": round(cap / 1e9, 2),
            "fits": mem.total <= cap, "minutes": round(est.minutes, 3),
-           "step_time_s": round(est.step_time_s, 4), "tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 1)}
+           "step_time_s": round(est.step_time_s, 4), "tokens_per_s_per_gpu": round(est.tokens_per_s_per_gpu, 1),
+           "loss_chunk_tokens": _loss_chunk(r, dims, geometry)}
     if priced != precision:
         out["precision_note"] = f"the {STACK} stack trains no {precision} (lowest: {lowest}): priced at {priced}"
     return out
+
+
+def _chunks(est: dict) -> str:
+    c = est.get("loss_chunk_tokens")
+    return f" (taken in chunks of {c:,} tokens)" if c else ""
+
+
+def _loss_chunk(r: Recipe, dims, geometry) -> int | None:
+    """Tokens per chunk where the trainer takes a micro-batch's loss in chunks (model/loss.py), else None."""
+    from trainperf.plan.stack_memory import loss_tokens
+
+    tokens = geometry.micro * r.model.seq_len // dims.cp
+    chunk = loss_tokens(r.model, tokens, dims.tp, dims.pp)
+    return chunk if chunk < tokens else None
 
 
 def memory_check(r: Recipe, dims, geometry, gpu: str, seed: int, plan, precision: str = "bf16") -> dict[str, Any]:
@@ -305,7 +320,7 @@ def _print(out: dict, shares: list[RankShare]) -> None:
               f"= {g['total']:.1f} GB of {est['capacity_gb']:.1f} GB per GPU, {verdict}")
         print(f"            weights {g['weights']:.1f}, grads {g['grads']:.1f}, optimizer {g['optimizer']:.1f}, "
               f"accumulation {g['accumulation']:.1f}, gathered {g['gathered']:.1f}, activations "
-              f"{g['activations']:.1f}, loss {g['logits']:.1f} GB; predicted {est['minutes']:.2f} min to train "
+              f"{g['activations']:.1f}, loss {g['logits']:.1f} GB{_chunks(est)}; predicted {est['minutes']:.2f} min to train "
               f"({est['step_time_s']:.3f} s/step, {est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU)")
         if "precision_note" in est:
             print(f"            {est['precision_note']}")

@@ -302,13 +302,19 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
 
 
+def loss_tokens(cfg: ModelConfig, tokens: int, tp: int, pp: int) -> int:
+    """How many of a micro-batch's `tokens` the last stage's loss holds at once: a chunk's where the
+    trainer chunks (model/loss.py: neither tensor parallelism nor a pipeline), else all of them."""
+    return loss_chunk(tokens, cfg.vocab_size) if tp == 1 and pp == 1 else tokens
+
+
 def _loss_bytes(cfg: ModelConfig, tokens: int, tp: int, pp: int, w: int) -> float:
     """The loss's transient on the last stage (`logits` in the module's terms). Where the trainer
     takes it in chunks (model/loss.py: neither tensor parallelism nor a pipeline, and more than one
     chunk), one chunk's, beside the head's gradient: autograd sums the chunks' weight gradients out
     of place (the running sum, the new chunk's and their sum: 3 x w.V.D at the add; one stays for the
     rest of the backward). Traced at V = 128,256: planned/traced 1.01-1.02 (docs/scale-validation.md)."""
-    chunk = loss_chunk(tokens, cfg.vocab_size) if tp == 1 and pp == 1 else tokens
+    chunk = loss_tokens(cfg, tokens, tp, pp)
     whole = chunk * cfg.vocab_size * LOSS_BYTES / tp
     if chunk >= tokens:
         return whole
