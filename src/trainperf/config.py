@@ -61,6 +61,9 @@ class ModelConfig:
     mlp_act: Literal["auto", "swiglu", "gelu", "relu2"] = "auto"
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before RoPE (OLMo 2, Qwen 3)
     logit_softcap: float = 0.0  # >0: logits = cap * tanh(logits / cap) (Gemma 2)
+    # memory, not architecture (the losses are the same): the most one micro-batch's loss may hold
+    # before the head and the loss run in chunks of tokens (model/loss.py); 0: never in chunks
+    loss_chunk_bytes: int = 1 << 30
     zero_init_head: bool = False  # the output head starts at zero (needs tie_embeddings = false)
     lora_rank: int = 0  # >0: LoRA adapters on `lora_targets`, base weights frozen
     lora_alpha: float = 32.0
@@ -476,6 +479,7 @@ def validate(r: Recipe) -> None:
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
     _check(m.logit_softcap >= 0, "model.logit_softcap", "must be >= 0 (0: no cap)")
+    _check(m.loss_chunk_bytes >= 0, "model.loss_chunk_bytes", "must be >= 0 (0: the loss never in chunks)")
     _check(not m.zero_init_head or not m.tie_embeddings, "model.zero_init_head",
            "needs model.tie_embeddings = false (a zero head tied to the embedding would zero the embedding)")
     _check(m.rope_scaling_factor == 0 or m.rope_scaling_factor >= 1, "model.rope_scaling_factor",

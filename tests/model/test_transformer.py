@@ -76,11 +76,13 @@ def test_rms_norm_runs_fused_under_bf16_autocast_without_warnings():
     torch.testing.assert_close(norm(h), ref, rtol=1e-2, atol=1e-2)
 
 
-def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients(monkeypatch):
-    """Past model.loss.LOSS_CHUNK_BYTES the head and the loss run chunk by chunk under activation
+def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients():
+    """Past model.loss_chunk_bytes the head and the loss run chunk by chunk under activation
     checkpointing: the per-token losses and every gradient are the whole computation's (fp32; the
     head's weight gradient summed over chunks, so equal to rounding), unscored targets included."""
-    import trainperf.model.loss as loss
+    from dataclasses import replace
+
+    from trainperf.model.loss import loss_chunk
 
     cfg = ModelConfig(family="llama", n_layer=2, d_model=32, n_head=4, vocab_size=97, seq_len=24)
     gen = torch.Generator().manual_seed(0)
@@ -88,14 +90,13 @@ def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients(monkeypatch):
     y = torch.randint(0, 97, (3, 24), generator=gen)
     y[0, :5] = -100  # a prompt's unscored tokens
     runs = []
-    for chunk_bytes in (1 << 40, 11 * 97 * 12):  # whole; then 7 chunks of 11 tokens, the last 6
-        monkeypatch.setattr(loss, "LOSS_CHUNK_BYTES", chunk_bytes)
+    for limit in (0, 11 * 97 * 12):  # never in chunks; then 7 chunks of 11 tokens, the last 6
         torch.manual_seed(0)
-        m = Transformer(cfg)
+        m = Transformer(replace(cfg, loss_chunk_bytes=limit))
         losses = m(x, y)
         (losses.sum() / 3).backward()
         runs.append((losses.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
-    assert loss.loss_chunk(72, 97) == 11  # the second run did chunk
+    assert loss_chunk(72, 97, 11 * 97 * 12) == 11  # the second run did chunk
     (l0, g0), (l1, g1) = runs
     assert l1.shape == (3, 24) and torch.equal(l1[0, :5], torch.zeros(5))
     torch.testing.assert_close(l1, l0, rtol=0, atol=1e-6)
@@ -104,13 +105,16 @@ def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients(monkeypatch):
 
 
 def test_loss_chunks_are_equal_and_bounded():
-    from trainperf.model.loss import LOSS_BYTES, LOSS_CHUNK_BYTES, loss_chunk
+    from trainperf.config import ModelConfig as M
+    from trainperf.model.loss import LOSS_BYTES, loss_chunk
 
-    assert loss_chunk(2048, 32000) == 2048  # 0.79 GB: whole
+    limit = M().loss_chunk_bytes
+    assert limit == 1 << 30 and loss_chunk(2048, 32000, limit) == 2048  # 0.79 GB: whole
+    assert loss_chunk(8192, 128256, 0) == 8192  # 0: never in chunks
     for tokens, vocab in ((8192, 128256), (2048, 128256), (16384, 50368)):
-        c = loss_chunk(tokens, vocab)
+        c = loss_chunk(tokens, vocab, limit)
         n = -(-tokens // c)
-        assert c * vocab * LOSS_BYTES <= LOSS_CHUNK_BYTES  # each chunk holds no more
+        assert c * vocab * LOSS_BYTES <= limit  # each chunk holds no more
         assert (n - 1) * c < tokens <= n * c
-        assert n == -(-tokens * vocab * LOSS_BYTES // LOSS_CHUNK_BYTES)  # the fewest that do
-    assert loss_chunk(8192, 128256) == 683  # Llama 3.1 8B's sequence: 12 chunks, 1.05 GB each
+        assert n == -(-tokens * vocab * LOSS_BYTES // limit)  # the fewest that do
+    assert loss_chunk(8192, 128256, limit) == 683  # Llama 3.1 8B's sequence: 12 chunks, 1.05 GB each

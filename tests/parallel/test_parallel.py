@@ -74,6 +74,8 @@ JOBS = {
     "ddp_samples": (["data.kind=samples", "parallel.dp_replicate=2", "parallel.dp_shard=1"], 3),
     "fsdp_samples": (["data.kind=samples", "train.micro_batch_size=2"], 3),
     "fsdp_accum4": (["train.micro_batch_size=1"], STEPS),  # 4 micro-batches per rank
+    # the loss in 4 chunks of 32 tokens (model/loss.py), FSDP2's root holding the head they share
+    "fsdp_chunked_loss": (["model.loss_chunk_bytes=100000"], STEPS),
     # context parallel: each rank holds 2 of the 4 chunks of every sequence, attention gathers K/V
     "cp": (["parallel.cp=2", "parallel.dp_shard=1"], STEPS),
     "cp_samples": (["data.kind=samples", "parallel.cp=2", "parallel.dp_shard=1"], 3),
@@ -145,7 +147,8 @@ def runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "ddp_accum", "ddp_samples",
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "fsdp_chunked_loss", "ddp_accum",
+                                  "ddp_samples",
                                   "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp", "pp", "pp_gpipe",
                                   "pp_interleaved", "pp_zero_bubble", "pp_fsdp", "pp_tp", "pp_ddp", "lora_tp",
                                   "pp_lora", "lora_cp_tp", "qk_tp", "qk_fsdp_tp"])

@@ -105,14 +105,12 @@ def test_a_deep_model_extended_from_two_shallow_traces_matches_its_full_trace(se
         assert e.peak_bytes == pytest.approx(f.peak_bytes, rel=0.01), (e, f)
 
 
-def test_the_chunked_loss_saves_what_the_plan_says(monkeypatch):
+def test_the_chunked_loss_saves_what_the_plan_says():
     """At Llama 3's 128,256-entry vocabulary one 2,048-token micro-batch's loss would hold 3.2 GB; in
     chunks (model/loss.py) the trace drops by what the plan says it saves, and both stay together."""
-    import trainperf.model.loss as loss
-
     r = _recipe("model.vocab_size=128256")
     chunked, plan_chunked = trace_memory(r, 8, device_bytes=GPU).peak.peak_bytes, _planned(r, 8).total
-    monkeypatch.setattr(loss, "LOSS_CHUNK_BYTES", 1 << 40)
+    r = _recipe("model.vocab_size=128256", "model.loss_chunk_bytes=0")
     whole, plan_whole = trace_memory(r, 8, device_bytes=GPU).peak.peak_bytes, _planned(r, 8).total
     assert whole - chunked > 0.2 * whole
     assert whole - chunked == pytest.approx(plan_whole - plan_chunked, rel=0.1)

@@ -247,8 +247,9 @@ class Transformer(nn.Module):
             return self._logits(h)
         # chunked where the whole loss would hold too much (model/loss.py); under tensor
         # parallelism `h` is a DTensor and the logits are split over the vocabulary instead
-        chunk = targets.numel() if isinstance(h, DTensor) else loss_chunk(targets.numel(), self.cfg.vocab_size)
-        if chunk >= targets.numel():
+        n = targets.numel()
+        chunk = n if isinstance(h, DTensor) else loss_chunk(n, self.cfg.vocab_size, self.cfg.loss_chunk_bytes)
+        if chunk >= n:
             return token_losses(self._logits(h), targets)
         hs, ts = h.flatten(0, 1).split(chunk), targets.flatten().split(chunk)
         losses = [checkpoint(self._chunk_losses, hc[None], tc[None], use_reentrant=False) for hc, tc in zip(hs, ts)]

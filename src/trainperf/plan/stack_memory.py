@@ -43,7 +43,7 @@ parameter (2 under bf16 mixed precision, else 4):
                and the flat all-gather buffer of the block prefetched for the next backward before
                it is copied out, (2·w + 4)·block parameters/tp in bf16 (8 in fp32); gone before the
                next block's
-  logits       (past model/loss.py's LOSS_CHUNK_BYTES, without tp or pp: one chunk of tokens' worth
+  logits       (past model.loss_chunk_bytes, without tp or pp: one chunk of tokens' worth
                of what follows, beside the head's gradient summed over the chunks, `_loss_bytes`)
                the loss of one micro-batch of s/cp tokens over the vocabulary/tp entries of this
                rank (the head's output stays split over the vocabulary and the loss is taken by
@@ -305,7 +305,7 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
 def loss_tokens(cfg: ModelConfig, tokens: int, tp: int, pp: int) -> int:
     """How many of a micro-batch's `tokens` the last stage's loss holds at once: a chunk's where the
     trainer chunks (model/loss.py: neither tensor parallelism nor a pipeline), else all of them."""
-    return loss_chunk(tokens, cfg.vocab_size) if tp == 1 and pp == 1 else tokens
+    return loss_chunk(tokens, cfg.vocab_size, cfg.loss_chunk_bytes) if tp == 1 and pp == 1 else tokens
 
 
 def _loss_bytes(cfg: ModelConfig, tokens: int, tp: int, pp: int, w: int) -> float:
