@@ -31,7 +31,8 @@ def test_traced_planned_and_gpu_memory_side_by_side(capsys):
     assert "extended to 16" in m["traced_layers"]
     # one planned memory: the planner's section prices the stack that runs (pytorch), the same sum
     p = d["planner"]
-    assert p["stack"] == "pytorch" and p["loss_chunk_tokens"] is None  # tp 2: the logits split instead
+    # tp 2: 8,192 tokens over each rank's 64,128 entries at loss_parallel's 20 bytes: 10 chunks
+    assert p["stack"] == "pytorch" and p["loss_chunk_tokens"] == 820
     assert {k: p["memory_gb"][k] for k in m["planned"] if k != "total"} == {k: v for k, v in m["planned"].items()
                                                                              if k != "total"}
     assert abs(p["memory_gb"]["total"] - p["memory_gb"]["reserve"] - m["planned_gb"]) <= 0.011

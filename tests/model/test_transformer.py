@@ -106,7 +106,7 @@ def test_a_chunked_loss_gives_the_whole_ones_losses_and_gradients():
 
 def test_loss_chunks_are_equal_and_bounded():
     from trainperf.config import ModelConfig as M
-    from trainperf.model.loss import LOSS_BYTES, loss_chunk
+    from trainperf.model.loss import loss_bytes, loss_chunk
 
     limit = M().loss_chunk_bytes
     assert limit == 1 << 30 and loss_chunk(2048, 32000, limit) == 2048  # 0.79 GB: whole
@@ -114,7 +114,8 @@ def test_loss_chunks_are_equal_and_bounded():
     for tokens, vocab in ((8192, 128256), (2048, 128256), (16384, 50368)):
         c = loss_chunk(tokens, vocab, limit)
         n = -(-tokens // c)
-        assert c * vocab * LOSS_BYTES <= limit  # each chunk holds no more
+        assert loss_bytes(c, vocab, 1) <= limit  # each chunk holds no more
         assert (n - 1) * c < tokens <= n * c
-        assert n == -(-tokens * vocab * LOSS_BYTES // limit)  # the fewest that do
+        assert n == -(-loss_bytes(tokens, vocab, 1) // limit)  # the fewest that do
+    assert loss_chunk(8192, 128256, limit, tp=2) == 820  # loss_parallel: 20 bytes per local entry
     assert loss_chunk(8192, 128256, limit) == 683  # Llama 3.1 8B's sequence: 12 chunks, 1.05 GB each

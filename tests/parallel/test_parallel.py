@@ -76,6 +76,8 @@ JOBS = {
     "fsdp_accum4": (["train.micro_batch_size=1"], STEPS),  # 4 micro-batches per rank
     # the loss in 4 chunks of 32 tokens (model/loss.py), FSDP2's root holding the head they share
     "fsdp_chunked_loss": (["model.loss_chunk_bytes=100000"], STEPS),
+    # and under tensor parallelism: 2 chunks of 64 tokens over each rank's half of the vocabulary
+    "tp_chunked_loss": (["parallel.tp=2", "parallel.dp_shard=1", "model.loss_chunk_bytes=100000"], STEPS),
     # context parallel: each rank holds 2 of the 4 chunks of every sequence, attention gathers K/V
     "cp": (["parallel.cp=2", "parallel.dp_shard=1"], STEPS),
     "cp_samples": (["data.kind=samples", "parallel.cp=2", "parallel.dp_shard=1"], 3),
@@ -148,7 +150,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "tp", "fsdp_accum", "fsdp_accum4", "fsdp_chunked_loss", "ddp_accum",
-                                  "ddp_samples",
+                                  "tp_chunked_loss", "ddp_samples",
                                   "fsdp_samples", "cp", "cp_samples", "gpt_cp", "cp_fsdp", "cp_tp", "pp", "pp_gpipe",
                                   "pp_interleaved", "pp_zero_bubble", "pp_fsdp", "pp_tp", "pp_ddp", "lora_tp",
                                   "pp_lora", "lora_cp_tp", "qk_tp", "qk_fsdp_tp"])

@@ -47,6 +47,8 @@ KINDS = {
     "lora+tp+cp": (8, ["parallel.tp=2", "parallel.cp=2", "model.lora_rank=16"]),
     "fsdp+recompute": (8, ["parallel.activation_checkpoint=full"]),
     "fsdp, Llama 3's vocabulary (chunked loss)": (8, ["model.vocab_size=128256"]),
+    "fsdp+tp, Llama 3's vocabulary (chunked loss)": (8, ["model.vocab_size=128256", "parallel.tp=2",
+                                                          "model.seq_len=4096"]),
 }
 
 

@@ -15,7 +15,7 @@ import zlib
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.utils.checkpoint import checkpoint
 
 from trainperf.config import ModelConfig
@@ -245,12 +245,15 @@ class Transformer(nn.Module):
         h = self.norm(x)
         if targets is None:
             return self._logits(h)
-        # chunked where the whole loss would hold too much (model/loss.py); under tensor
-        # parallelism `h` is a DTensor and the logits are split over the vocabulary instead
+        # chunked where the whole loss would hold too much (model/loss.py); under tensor parallelism
+        # `h` is a DTensor and each rank holds 1/tp of the vocabulary's logits (loss_parallel)
         n = targets.numel()
-        chunk = n if isinstance(h, DTensor) else loss_chunk(n, self.cfg.vocab_size, self.cfg.loss_chunk_bytes)
+        tp = h.device_mesh.size() if isinstance(h, DTensor) else 1
+        chunk = loss_chunk(n, self.cfg.vocab_size, self.cfg.loss_chunk_bytes, tp)
         if chunk >= n:
             return token_losses(self._logits(h), targets)
+        if tp > 1:  # the sequence gathered once, as the head's own input layout would each time
+            h = h.redistribute(placements=[Replicate()] * h.device_mesh.ndim)
         hs, ts = h.flatten(0, 1).split(chunk), targets.flatten().split(chunk)
         losses = [checkpoint(self._chunk_losses, hc[None], tc[None], use_reentrant=False) for hc, tc in zip(hs, ts)]
         return torch.cat(losses, dim=1).view(targets.shape).clone()  # not a view: FSDP2 warns of one

@@ -43,14 +43,15 @@ parameter (2 under bf16 mixed precision, else 4):
                and the flat all-gather buffer of the block prefetched for the next backward before
                it is copied out, (2·w + 4)·block parameters/tp in bf16 (8 in fp32); gone before the
                next block's
-  logits       (past model.loss_chunk_bytes, without tp or pp: one chunk of tokens' worth
+  logits       (past model.loss_chunk_bytes, without a pipeline: one chunk of tokens' worth
                of what follows, beside the head's gradient summed over the chunks, `_loss_bytes`)
                the loss of one micro-batch of s/cp tokens over the vocabulary/tp entries of this
                rank (the head's output stays split over the vocabulary and the loss is taken by
                loss_parallel, without gathering it), at its peak in cross-entropy's backward: the fp32
                log-softmax it saved, the fp32 gradient it receives and the one it makes, 12 bytes
                per token and vocabulary entry (its forward holds 10 in bf16: logits, their fp32
-               copy, the log-softmax)
+               copy, the log-softmax); under tensor parallelism loss_parallel's 20 per local entry
+               (model/loss.py)
 
 The peak is the resident state (weights, optimizer) plus what the step holds when its activations
 peak, with the larger of the two transients that come after them (the loss's backward, then each
@@ -71,7 +72,7 @@ import functools
 from dataclasses import dataclass
 
 from trainperf.config import ModelConfig
-from trainperf.model.loss import LOSS_BYTES, loss_chunk
+from trainperf.model.loss import loss_bytes, loss_chunk
 from trainperf.plan.memory import activation_bytes_per_layer
 
 ADAM_BYTES = 8  # two fp32 moments per trainable parameter
@@ -304,21 +305,22 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
 
 def loss_tokens(cfg: ModelConfig, tokens: int, tp: int, pp: int) -> int:
     """How many of a micro-batch's `tokens` the last stage's loss holds at once: a chunk's where the
-    trainer chunks (model/loss.py: neither tensor parallelism nor a pipeline), else all of them."""
-    return loss_chunk(tokens, cfg.vocab_size, cfg.loss_chunk_bytes) if tp == 1 and pp == 1 else tokens
+    trainer chunks (model/loss.py: without a pipeline, over this rank's vocabulary/tp entries), else
+    all of them."""
+    return loss_chunk(tokens, cfg.vocab_size, cfg.loss_chunk_bytes, tp) if pp == 1 else tokens
 
 
 def _loss_bytes(cfg: ModelConfig, tokens: int, tp: int, pp: int, w: int) -> float:
     """The loss's transient on the last stage (`logits` in the module's terms). Where the trainer
-    takes it in chunks (model/loss.py: neither tensor parallelism nor a pipeline, and more than one
-    chunk), one chunk's, beside the head's gradient: autograd sums the chunks' weight gradients out
+    takes it in chunks (model/loss.py: no pipeline, and more than one chunk), one chunk's, beside
+    the head's gradient (this rank's 1/tp of it): autograd sums the chunks' weight gradients out
     of place (the running sum, the new chunk's and their sum: 3 x w.V.D at the add; one stays for the
     rest of the backward). Traced at V = 128,256: planned/traced 1.01-1.02 (docs/scale-validation.md)."""
     chunk = loss_tokens(cfg, tokens, tp, pp)
-    whole = chunk * cfg.vocab_size * LOSS_BYTES / tp
+    whole = loss_bytes(chunk, cfg.vocab_size, tp)
     if chunk >= tokens:
         return whole
-    head = 0.0 if cfg.lora_rank else float(w * cfg.vocab_size * cfg.d_model)  # a LoRA run's head is frozen
+    head = 0.0 if cfg.lora_rank else float(w * cfg.vocab_size * cfg.d_model / tp)  # a LoRA run's head is frozen
     return head + max(whole, 2 * head)
 
 
