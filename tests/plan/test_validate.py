@@ -126,7 +126,7 @@ def test_the_articles_checks_as_run_reproduce_the_published_minutes_and_speedup(
         # with the submitter's own convergence the published time is reproduced within 12%
         assert abs(c.as_run_minutes / c.published - 1) < 0.12, c.name
     # (bars were 5% and 10% before the 2026-12-07 refit, which puts Azure's H200 step 5.1% and its
-    # as-run minutes 11.7% under the logged and published ones: docs/plan-validation.md)
+    # as-run minutes 11.7% under the logged and published ones: bench/results/plan_validation_record_2026-12-03_to_07.md)
     # the 1.28x is a convergence difference: same layout and RCP-mean samples give about 1x,
     # each submitter's logged samples give the published ratio back
     assert speedup["published"] == pytest.approx(2.065 / 1.609, abs=1e-3)
@@ -274,7 +274,7 @@ def test_measure_band_reads_only_the_band_calibration_half():
 
 def test_band_coverage_on_the_evaluation_half_as_measured(rows):
     """Coverage of the 80% band on the evaluation half (rows the band was not calibrated on), as
-    measured on 2026-12-05 (docs/plan-validation.md): overall 87.3% (69 of 79), LoRA 90.9%, 8B 87.5%, GPT-3 1
+    measured on 2026-12-05 (bench/results/plan_validation_record_2026-12-03_to_07.md): overall 87.3% (69 of 79), LoRA 90.9%, 8B 87.5%, GPT-3 1
     of 2, and 405B 4 of 6 (6 of 6 while the configuration spread could not go below 0: Nebius's two
     v5.0 H200 rows, +9.6% and +9.9%, fall outside the narrower band). The margins allow a refit to
     move a row or two."""
@@ -351,7 +351,7 @@ def test_validation_splits_by_submitter_and_round(rows):
     assert old["rows"] + new["rows"] == s["fit"]["rows"] + s["held_out"]["rows"]
     assert sum(d["rows"] for d in pop["each_round"].values()) == old["rows"] + new["rows"]
     assert set(pop["each_round"]) >= {"4.1", "5.0", "5.1"}
-    # as measured 2026-12-06 (docs/plan-validation.md): the same direction as on the external set
+    # as measured 2026-12-06 (bench/results/plan_validation_record_2026-12-03_to_07.md): the same direction as on the external set
     assert pop["submitter"]["others"]["mape"] > pop["submitter"]["NVIDIA"]["mape"]
     assert old["mape"] > new["mape"]
 

@@ -38,7 +38,7 @@ class Refit:
     def __init__(self, calib: Calibration):
         # the parameters describe the hardware at the model's own fastest layout: fitted with the
         # search unranked (with plan's published-first ranking the fit lands in a minimum whose
-        # 512-H200 LoRA step is 12% under Azure's logged one; docs/plan-validation.md)
+        # 512-H200 LoRA step is 12% under Azure's logged one; bench/results/plan_validation_record_2026-12-03_to_07.md)
         self.pred = Predictor(calib, explore=True)
         self.layouts: dict[Result, Layout] = {}
 
@@ -68,7 +68,7 @@ def _set(cal: Calibration, name: str, v: float) -> Calibration:
     the mean of those fitted so far (gemm_eff's "default", dropped when the fit ends): from a fixed
     0.6 instead, the first sweep pulls the fitted generations away from it and the fit settles in a
     worse of its near-equal minima (fit-row loss 0.0641 against 0.0626 after three rounds;
-    docs/plan-validation.md)."""
+    bench/results/plan_validation_record_2026-12-03_to_07.md)."""
     if name.startswith("eff:"):
         eff = {g: x for g, x in cal.gemm_eff.items() if g != "default"}
         eff[name[4:]] = v
