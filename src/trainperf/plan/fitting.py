@@ -12,18 +12,19 @@ apart from the path a user's plan takes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainperf.config import ConfigError
-from trainperf.plan.calibration import Calibration
+from trainperf.plan.calibration import Calibration, parse_calibration
 from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS, cluster, gpu_for_result, gpus
 from trainperf.plan.perf import Estimate, Layout, Model
 from trainperf.plan.results import FIT_SUBMITTERS, Result, csv_rows, load_results, submitter_key
-from trainperf.plan.validate import Predictor, band_sd
-from trainperf.plan.workload import custom_workload, max_precision
+from trainperf.plan.validate import Predictor, band_sd, summary, validate
+from trainperf.plan.workload import max_precision, model_workload
 
 PARAMS = {  # name -> (lower, upper) bounds for the fit
     "eff:hopper": (0.2, 0.95), "eff:blackwell": (0.2, 0.95), "eff:blackwell_ultra": (0.2, 0.95),
@@ -207,9 +208,6 @@ def recalibrate(log=lambda msg: None) -> tuple[Calibration, dict]:
     """`plan calibrate`: fit the parameters, then measure both spreads of the band, each on the
     parameters as calibration.toml stores them (rounded), so that measuring again from the file
     gives the same figures; with the summary of the rows predicted under it."""
-    from trainperf.plan.calibration import parse_calibration
-    from trainperf.plan.validate import summary, validate
-
     cal = fit_megatron(load_results(), log=log)
     cal = fit_pytorch(parse_calibration(cal.to_toml()))
     return cal, summary(validate(cal, submitted=False))
@@ -220,32 +218,17 @@ def fit_megatron(results: list[Result], log=lambda msg: None) -> Calibration:
     fit rows (`fit_spread`), then the configuration spread on its band-calibration half, each step
     reading the previous one's values as calibration.toml stores them. `plan calibrate` passes the
     whole catalogue; the leave-one-group-out check (plan/holdout.py) passes it less one group."""
-    from trainperf.plan.calibration import parse_calibration
-
     return measure_band(parse_calibration(fit_spread(results, log).to_toml()), results)
 
 
 def fit_spread(results: list[Result], log=lambda msg: None) -> Calibration:
     """The parameters fitted on the fit rows of `results`, and NVIDIA's spread measured around them."""
-    from trainperf.plan.calibration import parse_calibration
-
     return measure_spread(parse_calibration(fit(Calibration(), results, log=log).to_toml()), results)
 
 
 # -- the pytorch stack: torchtitan's published benchmarks (H100 and A100) ------------------------
 
 TORCHTITAN = Path(__file__).parent / "data" / "torchtitan.csv"
-# Llama 3 / 3.1 shapes (Meta's config.json of Llama-3.1-8B/70B/405B: layers, hidden, heads, KV heads,
-# MLP, vocabulary; Llama 3 has 3.1's shapes) and Llama 2's (Llama-2-13b-hf / 70b-hf config.json);
-# the sequence is each benchmark row's
-TITAN_MODELS = {
-    "llama31_8b": "layers=32,d_model=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,family=llama",
-    "llama31_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192,family=llama",
-    "llama31_405b": "layers=126,d_model=16384,heads=128,kv_heads=8,ffn=53248,vocab=128256,seq=8192,family=llama",
-    "llama2_13b": "layers=40,d_model=5120,heads=40,kv_heads=40,ffn=13824,vocab=32000,seq=4096,family=llama",
-    "llama2_70b": "layers=80,d_model=8192,heads=64,kv_heads=8,ffn=28672,vocab=32000,seq=4096,family=llama",
-}
-TITAN_MODELS["llama3_8b"], TITAN_MODELS["llama3_70b"] = TITAN_MODELS["llama31_8b"], TITAN_MODELS["llama31_70b"]
 PYTORCH_PARAMS = {"scale": (0.3, 1.5), "overlap": (0.0, 1.0)}
 
 
@@ -285,7 +268,7 @@ def load_torchtitan(path: Path | None = None) -> list[TitanRow]:
                          mbs=int(r["microbatch"]), gbs=int(r["global_batch"]), recompute=r["recompute"],
                          precision="fp8" if r["float8"] == "true" else "bf16")
             compiled = {"true": True, "false": False, "": None}[r["compile"]]
-            if r["gpu"] not in gpus() or r["model"] not in TITAN_MODELS:
+            if r["gpu"] not in gpus() or r["model"] not in _shapes():
                 raise ValueError(f"unknown gpu '{r['gpu']}' or model '{r['model']}'")
             out.append(TitanRow(int(r["table"]), r["model"], r["gpu"], int(r["gpus"]), lay, int(r["seq_len"]),
                                 compiled, r["async_tp"] == "true", float(r["tps_per_gpu"]),
@@ -301,9 +284,18 @@ def fit_rows(rows: list[TitanRow]) -> list[TitanRow]:
     return [r for r in rows if r.compiled is not False]
 
 
+@functools.lru_cache(maxsize=1)
+def _shapes() -> dict:
+    """The shapes torchtitan's rows name, from the published models' catalogue (its sources)."""
+    from trainperf.plan.published import load_models
+
+    return load_models()
+
+
 def titan_estimate(row: TitanRow, cal: Calibration) -> Estimate:
-    """Row `row` priced on the pytorch stack at its own layout."""
-    b = custom_workload(TITAN_MODELS[row.model], seq_len=row.seq_len, gbs=row.layout.gbs)
+    """Row `row` priced on the pytorch stack at its own layout, its model at the row's sequence."""
+    s = _shapes()[row.model]
+    b = model_workload(row.model, s.config(row.seq_len), row.layout.gbs, s.source)
     m = Model(b, cluster(row.gpu, row.gpus), cal, samples=float(row.layout.gbs), stack="pytorch")
     return m.estimate(row.layout)
 
