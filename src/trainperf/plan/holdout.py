@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainperf.config import ConfigError
-from trainperf.plan.calibration import Calibration
+from trainperf.plan.calibration import Calibration, parse_calibration
+from trainperf.plan import fitting
 from trainperf.plan.hardware import gpu_for_result
 from trainperf.plan.results import Result, load_results, submitter_key
-from trainperf.plan.validate import Predictor, Row, error_stats, round_key, row_dict
+from trainperf.plan.rcp import version_key
+from trainperf.plan.validate import Predictor, Row, error_stats, row_dict
 
 GROUPINGS = {  # --holdout name -> a row's group
     "round": lambda r: r.round,
@@ -74,7 +76,7 @@ class Holdout:
 
 
 def _order(by: str, group: str):
-    return round_key(group) if by == "round" else (0, 0, group)
+    return version_key(group) if by == "round" else (0, 0, group)
 
 
 class _Refits:
@@ -86,19 +88,16 @@ class _Refits:
         self.fitted: dict = {}
 
     def __call__(self, rest: list[Result]) -> Calibration:
-        from trainperf.plan.calibration import parse_calibration
-        from trainperf.plan.fitting import fit_spread, measure_band
-
         key = frozenset(r for r in rest if r.fit)
         if key not in self.fitted:
             try:
-                self.fitted[key] = fit_spread(rest)
+                self.fitted[key] = fitting.fit_spread(rest)
             except ConfigError as e:
                 self.fitted[key] = e
         got = self.fitted[key]
         if isinstance(got, ConfigError):
             raise got
-        return measure_band(parse_calibration(got.to_toml()), rest)
+        return fitting.measure_band(parse_calibration(got.to_toml()), rest)
 
 
 def holdout(by: str, results: list[Result] | None = None, log=lambda msg: None) -> Holdout:

@@ -19,6 +19,7 @@ from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS, gpu_for_result
 from trainperf.plan.logged import Logged, load_logged, relative_error
 from trainperf.plan.prediction import Prediction
+from trainperf.plan.rcp import version_key
 from trainperf.plan.results import Result, load_results
 from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
 
@@ -235,11 +236,6 @@ def summary(rows: list[Row], cross_sd: float | None = None, cross_by: dict | Non
 MODERN_ROUND = (5, 0)  # rounds from v5.0 on: the newest software generation the fit rows mostly come from
 
 
-def round_key(r: str) -> tuple[int, int]:
-    major, minor = (int(x) for x in r.split(".")[:2])
-    return major, minor
-
-
 def populations(rows: list[Row]) -> dict:
     """The error on populations the split into fit and held-out rows mixes: NVIDIA's own results
     (the fit's) against every other submitter's, and the rounds before v5.0 against v5.0 and
@@ -248,12 +244,12 @@ def populations(rows: list[Row]) -> dict:
     sel = [r for r in rows if r.prediction is not None]
     groups = {
         "submitter": {"NVIDIA": [r for r in sel if r.result.fit], "others": [r for r in sel if not r.result.fit]},
-        "round": {"before 5.0": [r for r in sel if round_key(r.result.round) < MODERN_ROUND],
-                  "5.0 and later": [r for r in sel if round_key(r.result.round) >= MODERN_ROUND]},
+        "round": {"before 5.0": [r for r in sel if version_key(r.result.round) < MODERN_ROUND],
+                  "5.0 and later": [r for r in sel if version_key(r.result.round) >= MODERN_ROUND]},
         "each_round": {x: [r for r in sel if r.result.round == x]
-                       for x in sorted({r.result.round for r in sel}, key=round_key)},
+                       for x in sorted({r.result.round for r in sel}, key=version_key)},
     }
-    others_old = [r for r in groups["submitter"]["others"] if round_key(r.result.round) < MODERN_ROUND]
+    others_old = [r for r in groups["submitter"]["others"] if version_key(r.result.round) < MODERN_ROUND]
     groups["submitter"]["others, before 5.0"] = others_old
     return {k: {g: error_stats(rs) for g, rs in v.items() if rs} for k, v in groups.items()}
 
