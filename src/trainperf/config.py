@@ -163,6 +163,11 @@ class TrainConfig:
     # numbers; empty: torch's (3.4445, -4.7750, 2.0315) every iteration. Tuned per-iteration
     # coefficients reach further in fewer iterations (bench/ns_coefficients.py derives them)
     muon_ns_coefficients: list[float] = field(default_factory=list)
+    # Orthogonalise each attention head's block of wq, wk, wv (its rows) and wo (its columns) on its
+    # own, as independent matrices, rather than the whole projection: heads are separate subspaces
+    # the attention never mixes before wo, and n_head blocks of head_dim rows cost 1/n_head^2 of the
+    # whole's Newton-Schulz products (docs/benchmarks.md)
+    muon_per_head: bool = False
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0

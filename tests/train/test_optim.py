@@ -192,9 +192,8 @@ def test_auto_precision_skips_the_probe_on_a_cpu_without_bf16_arithmetic(monkeyp
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
 def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, atol):
-    """Square, wide and tall matrices (the tall ones transposed into the wide stack) get the update
-    each would get alone, back in their own shape; the Muon step over all of them equals one
-    optimizer per matrix."""
+    """Square, wide and tall matrices (one stack per shape) get the update each would get alone,
+    back in their own shape; the Muon step over all of them equals one optimizer per matrix."""
     from trainperf.train.muon import newton_schulz, orthogonalize
 
     gen = torch.Generator().manual_seed(3)
@@ -223,6 +222,73 @@ def test_muon_stacks_same_shape_matrices_and_gives_each_its_own_update(dtype, at
             o.step()
     for p, q in zip(together, alone):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("shape", [(6, 20), (20, 6), (3, 6, 20), (3, 20, 6)])
+def test_the_gram_form_is_the_same_polynomial_and_is_picked_for_wide_shapes(shape):
+    """Newton-Schulz on the m x m side (A <- p A p, Q <- p Q, then Q X) equals the direct iteration
+    in exact arithmetic (float64 here), for a tall matrix read in place too; `gram=None` takes it
+    only past GRAM_RATIO (fewer products), so a near-square matrix keeps torch's own operations."""
+    from trainperf.train.muon import GRAM_RATIO, newton_schulz
+
+    gen = torch.Generator().manual_seed(5)
+    coef = [(3.4445, -4.7750, 2.0315)] * 3
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    direct = newton_schulz(x, coef, 1e-7, torch.float64, gram=False)
+    torch.testing.assert_close(newton_schulz(x, coef, 1e-7, torch.float64, gram=True), direct, rtol=0, atol=1e-12)
+    assert max(shape[-2:]) > GRAM_RATIO * min(shape[-2:])
+    xb = x.to(torch.bfloat16)
+    assert torch.equal(newton_schulz(xb, coef, 1e-7, torch.bfloat16), newton_schulz(xb, coef, 1e-7, torch.bfloat16, gram=True))
+    assert not torch.equal(newton_schulz(xb, coef, 1e-7, torch.bfloat16), newton_schulz(xb, coef, 1e-7, torch.bfloat16, gram=False))
+    near = torch.randn(6, 9, generator=gen).to(torch.bfloat16)  # 9 = 1.5 x 6: not past the ratio
+    assert torch.equal(newton_schulz(near, coef, 1e-7, torch.bfloat16), newton_schulz(near, coef, 1e-7, torch.bfloat16, gram=False))
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+def test_head_blocks_are_orthogonalised_each_on_its_own(dtype, atol):
+    """A matrix split into head blocks (rows as wq's heads, columns as wo's) gets each block's own
+    update, put back in place, stacked with other matrices' blocks or one matrix at a time; the
+    Nesterov update made inside the stack is the one made outside it."""
+    from trainperf.train.muon import newton_schulz, orthogonalize
+
+    gen = torch.Generator().manual_seed(4)
+    coef = [(3.4445, -4.7750, 2.0315)] * 3
+    ups = [torch.randn(16, 12, generator=gen), torch.randn(12, 16, generator=gen), torch.randn(16, 12, generator=gen),
+           torch.randn(12, 12, generator=gen)]
+    blocks = [(0, 4), (1, 4), (0, 4), None]
+    want = [torch.cat([newton_schulz(b, coef, 1e-7, dtype) for b in ups[0].chunk(4, 0)], 0),
+            torch.cat([newton_schulz(b, coef, 1e-7, dtype) for b in ups[1].chunk(4, 1)], 1),
+            torch.cat([newton_schulz(b, coef, 1e-7, dtype) for b in ups[2].chunk(4, 0)], 0),
+            newton_schulz(ups[3], coef, 1e-7, dtype)]
+    for stack in (True, False):
+        got = orthogonalize(ups, coef, 1e-7, dtype, stack=stack, blocks=blocks)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=atol)
+    whole = orthogonalize(ups, coef, 1e-7, dtype, stack=True)
+    assert not torch.allclose(whole[0].float(), want[0].float(), atol=0.1)  # blocks are not the whole
+    bufs = [torch.randn(u.shape, generator=gen) for u in ups]
+    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95, blocks=blocks)
+    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True, blocks=blocks)
+    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
+
+
+def test_muon_per_head_splits_the_attention_projections_by_head():
+    """`train.muon_per_head`: wq, wk, wv by rows (wk and wv by the key/value heads under GQA), wo by
+    columns, the MLP's matrices whole; off, every matrix is whole."""
+    from trainperf.train.optim import attention_heads
+
+    r = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=4",
+                             "model.n_kv_head=2", "train.precision=fp32", "train.muon_per_head=true"])
+    model = Transformer(r.model)
+    a = model.layers["0"].attn
+    heads = attention_heads(model)
+    assert heads[a.wq.weight] == (0, 4) and heads[a.wk.weight] == heads[a.wv.weight] == (0, 2)
+    assert heads[a.wo.weight] == (1, 4) and len(heads) == 8
+    muon = build_optimizer(model, r, torch.device("cpu"))[1]
+    assert muon.blocks == heads
+    off = load_recipe("tiny", ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "train.precision=fp32",
+                               "train.muon_per_head=false"])
+    assert build_optimizer(Transformer(off.model), off, torch.device("cpu"))[1].blocks == {}
 
 
 def test_a_decisive_probe_verdict_is_kept_for_the_next_run_of_the_same_shape(monkeypatch, tmp_path):

@@ -37,72 +37,125 @@ STACKED_DTYPES = (torch.bfloat16,)  # the formats whose batched matmul beat one 
 
 
 Schedule = list[tuple[float, float, float]]  # one (a, b, c) per Newton-Schulz iteration
+Block = tuple[int, int]  # (dim, n): a matrix orthogonalised as n equal blocks along dim
+GRAM_RATIO = 1.5  # wide side over narrow side past which the Gram form takes fewer products
 
 
-def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.dtype) -> torch.Tensor:
+def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.dtype,
+                  gram: bool | None = None) -> torch.Tensor:
     """The quintic Newton-Schulz iteration towards the orthogonal factor of `g` (one matrix, or a
     stack of same-shape matrices along dim 0, each normalised and iterated on its own), worked on
     the wide side, one iteration per (a, b, c) of `schedule`: X <- a X + (b A + c A^2) X, A = X X^T.
-    A stack takes one batched matmul per product instead of one per matrix."""
+    A stack takes one batched matmul per product instead of one per matrix.
+
+    Every iterate is X_k = Q_k X_0 with Q_k a polynomial in A_0 = X_0 X_0^T, so the iteration can
+    run on the m x m side alone (the Gram form): p = a I + b A + c A^2, Q <- p Q, A <- p A p, and X
+    is read twice (A_0, then Q X_0); its norm is the square root of A_0's trace, folded into A_0 and
+    Q. For s iterations and n = r m that is 2r + 4s - 3 products of m^3 against s (2r + 1): fewer
+    once r > 1.5, which `gram=None` picks. A tall X is read in place (X^T X, X Q^T). The same
+    polynomial, rounded differently: in bf16 its error against fp32 is 1.3-1.8% on `tiny`'s shapes
+    where the direct form's is 0.4-0.9% (docs/benchmarks.md)."""
     mm = torch.addmm if g.dim() == 2 else torch.baddbmm
     tall = g.size(-2) > g.size(-1)
+    m, n = sorted(g.shape[-2:])
     x = g.to(dtype)
+    if gram if gram is not None else n > GRAM_RATIO * m:
+        a_ = x.mT @ x if tall else x @ x.mT
+        # |X|_F^2 = trace(A_0); spectral <= Frobenius, so X / |X|_F has singular values <= 1
+        norm = a_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=torch.promote_types(dtype, torch.float32)).sqrt().clamp(min=eps)[..., None, None]
+        a_ = a_.mul_(norm.square().reciprocal().to(dtype))
+        q = None
+        for k, (a, b, c) in enumerate(schedule):
+            p = mm(a_, a_, a_, beta=b, alpha=c)
+            p.diagonal(dim1=-2, dim2=-1).add_(a)
+            q = p if q is None else p @ q
+            if k + 1 < len(schedule):
+                a_ = p @ (p @ a_)
+        q = q.mul_(norm.reciprocal().to(dtype))
+        return x @ q.mT if tall else q @ x
     if tall:
         x = x.mT
     x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral <= Frobenius <= 1
     for a, b, c in schedule:
-        gram = x @ x.mT
-        x = mm(x, mm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+        a_ = x @ x.mT
+        x = mm(x, mm(a_, a_, a_, beta=b, alpha=c), x, beta=a)
     return x.mT if tall else x
+
+
+def head_blocks(t: torch.Tensor, block: Block | None) -> torch.Tensor:
+    """`t`'s blocks that Newton-Schulz orthogonalises each on its own, as a view [n, rows, cols]:
+    `t` alone (n = 1), or its n equal blocks along `dim` for block = (dim, n) (an attention
+    projection's heads)."""
+    if block is None:
+        return t.unsqueeze(0)
+    dim, n = block
+    return t.unflatten(dim, (n, -1)).movedim(dim, 0)
+
+
+def from_blocks(blocks: torch.Tensor, block: Block | None) -> torch.Tensor:
+    """The matrix whose `head_blocks` are `blocks` (a view where the layout allows, else a copy)."""
+    if block is None:
+        return blocks[0]
+    return blocks.movedim(0, block[0]).flatten(block[0], block[0] + 1)
 
 
 def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
                   stack: bool | None = None, toward: list[torch.Tensor] | None = None,
-                  weight: float = 0.0) -> list[torch.Tensor]:
-    """`newton_schulz` of each update; in bf16 the updates of one wide shape are stacked into one
-    batched call (the `tiny` model's 28 matrices have two shapes). Measured on a 2-core Zen 4
-    (AVX512-BF16), 2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms
-    stacked against 40.7 ms one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so
-    fp32 (the AVX2 machines' format) keeps one call per matrix (docs/benchmarks.md). A lone matrix
-    takes torch's 2-D operations. `stack` overrides the choice (bench/newton_schulz.py times both).
+                  weight: float = 0.0, blocks: list[Block | None] | None = None) -> list[torch.Tensor]:
+    """`newton_schulz` of each update, or of each of its `head_blocks` (`blocks[i]`), coming back
+    whole. In bf16 the blocks of one shape (`tiny`: 256 x 256, 704 x 256, 256 x 704; 64 x 256 and
+    256 x 64 per head) are stacked into one batched call. Measured on a 2-core Zen 4 (AVX512-BF16),
+    2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms
+    one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines'
+    format) keeps one call per matrix (docs/benchmarks.md). A lone whole matrix takes torch's 2-D
+    operations. `stack` overrides the choice (bench/newton_schulz.py times both).
 
     With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
     straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
-    come back in `dtype`, as views of the stack."""
+    come back in `dtype`, as views of the stack where the layout allows."""
+    blocks = blocks or [None] * len(updates)
+
     def update(i: int) -> torch.Tensor:
         return updates[i] if toward is None else torch.lerp(updates[i], toward[i], weight)
 
-    wide = [tuple(sorted(u.shape)) for u in updates]
+    views = [head_blocks(u, b) for u, b in zip(updates, blocks)]
+    shapes = [tuple(v.shape[1:]) for v in views]
     out: list[torch.Tensor | None] = [None] * len(updates)
-    for shape in dict.fromkeys(wide):
-        idx = [i for i, w in enumerate(wide) if w == shape]
+    for shape in dict.fromkeys(shapes):
+        idx = [i for i, s in enumerate(shapes) if s == shape]
         if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
             for i in idx:
-                out[i] = newton_schulz(update(i), schedule, eps, dtype)
+                u = update(i)
+                out[i] = (newton_schulz(u, schedule, eps, dtype) if blocks[i] is None else
+                          from_blocks(newton_schulz(head_blocks(u, blocks[i]), schedule, eps, dtype), blocks[i]))
             continue
-        # the tall ones enter transposed, so the stack is all wide and comes back in each one's shape
-        batch = torch.empty((len(idx), *shape), dtype=dtype, device=updates[idx[0]].device)
-        tall = [updates[i].size(0) > updates[i].size(1) for i in idx]
+        at = [0]
+        for i in idx:
+            at.append(at[-1] + views[i].size(0))
+        batch = torch.empty((at[-1], *shape), dtype=dtype, device=updates[idx[0]].device)
         for k, i in enumerate(idx):
-            dst = batch[k].mT if tall[k] else batch[k]
+            dst = batch[at[k]:at[k + 1]]
             if toward is None:
-                dst.copy_(updates[i])
+                dst.copy_(views[i])
             else:
-                torch.lerp(updates[i], toward[i], weight, out=dst)
+                torch.lerp(views[i], head_blocks(toward[i], blocks[i]), weight, out=dst)
         ortho = newton_schulz(batch, schedule, eps, dtype)
         for k, i in enumerate(idx):
-            out[i] = ortho[k].mT if tall[k] else ortho[k]
+            out[i] = from_blocks(ortho[at[k]:at[k + 1]], blocks[i])
     return out  # type: ignore[return-value]
 
 
 class Muon(torch.optim.Muon):
     """`ns_schedule`: one coefficient triple per Newton-Schulz iteration, replacing torch's
-    `ns_coefficients` x `ns_steps` (which it defaults to)."""
+    `ns_coefficients` x `ns_steps` (which it defaults to). `blocks`: the parameters orthogonalised
+    as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole."""
 
-    def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None, **kwargs):
+    def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None,
+                 blocks: dict[torch.Tensor, Block] | None = None, **kwargs):
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
         self.ns_schedule = ns_schedule
+        self.blocks = blocks or {}
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -130,13 +183,14 @@ class Muon(torch.optim.Muon):
         torch._foreach_lerp_(bufs, grads, 1 - mu)
         schedule = self.ns_schedule or [tuple(group["ns_coefficients"])] * group["ns_steps"]
         args = schedule, group["eps"], self.ns_dtype
+        blocks = [self.blocks.get(p) for p in params]
         if isinstance(grads[0], DTensor):
             updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-            orthos = [self._sharded(u, *args) for u in updates]
+            orthos = [self._sharded(u, *args, block=b) for u, b in zip(updates, blocks)]
         elif group["nesterov"]:  # the Nesterov update made inside, in Newton-Schulz's format
-            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu)
+            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks)
         else:
-            orthos = orthogonalize(bufs, *args)
+            orthos = orthogonalize(bufs, *args, blocks=blocks)
         torch._foreach_mul_(params, 1 - lr * wd)
         # one foreach add per step size (one per shape); a 16-bit update is widened inside the add
         by_alpha: dict[float, tuple[list, list]] = {}
@@ -148,9 +202,13 @@ class Muon(torch.optim.Muon):
             torch._foreach_add_(ps, os_, alpha=alpha)
 
     @staticmethod
-    def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype) -> DTensor:
+    def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype,
+                 block: Block | None = None) -> DTensor:
         full = update.full_tensor()
-        ortho = newton_schulz(full, schedule, eps, dtype)
+        if block is None:
+            ortho = newton_schulz(full, schedule, eps, dtype)
+        else:  # the blocks as one stack, put back in place
+            ortho = from_blocks(newton_schulz(head_blocks(full, block), schedule, eps, dtype), block)
         # Replicate -> the parameter's placements is a local slice, no communication
         mesh = update.device_mesh
         return DTensor.from_local(ortho.to(full.dtype), mesh, [Replicate()] * mesh.ndim).redistribute(

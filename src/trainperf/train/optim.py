@@ -8,6 +8,7 @@ from contextlib import nullcontext
 import torch
 
 from trainperf.config import Recipe
+from trainperf.model.transformer import Attention
 from trainperf.parallel.apply import unwrap
 from trainperf.train.muon import Muon
 
@@ -39,6 +40,17 @@ def muon_params(model: torch.nn.Module) -> set[int]:
             if isinstance(m, torch.nn.Linear) and name.startswith("layers.") and m.weight.requires_grad}
 
 
+def attention_heads(model: torch.nn.Module) -> dict[torch.Tensor, tuple[int, int]]:
+    """Each attention projection's heads as (dim, n) blocks: wq, wk, wv by rows (a head's outputs),
+    wo by columns (its inputs)."""
+    out: dict[torch.Tensor, tuple[int, int]] = {}
+    for m in unwrap(model).modules():
+        if isinstance(m, Attention):
+            out |= {m.wq.weight: (0, m.n_head), m.wk.weight: (0, m.n_kv_head), m.wv.weight: (0, m.n_kv_head),
+                    m.wo.weight: (1, m.n_head)}
+    return out
+
+
 def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> list[torch.optim.Optimizer]:
     """AdamW, weight decay on matrices only (not norms, biases); `fused` picks its implementation.
     With `optimizer = "muon"`, Muon (torch's, trainperf.train.muon) takes the blocks' matrices (`muon_params`) beside it."""
@@ -64,7 +76,9 @@ def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> 
         ns_dtype = torch.bfloat16 if t.precision == "bf16" else torch.float32
         c = t.muon_ns_coefficients  # a1, b1, c1, a2, ...: one triple per iteration (torch's one triple when empty)
         schedule = [(c[i], c[i + 1], c[i + 2]) for i in range(0, len(c), 3)] or None
+        blocks = attention_heads(model) if t.muon_per_head else {}
         opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, ns_schedule=schedule,
+                         blocks={p: b for p, b in blocks.items() if id(p) in to_muon},
                          lr=muon_lr, weight_decay=t.weight_decay, momentum=t.muon_momentum,
                          adjust_lr_fn="match_rms_adamw", ns_steps=t.muon_ns_steps))
     return opts
