@@ -39,6 +39,7 @@ from trainperf.provenance import code_version
 from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.metadata import run_metadata, submission_metadata
 from trainperf.train.engine import make_engine
+from trainperf.train.host import keep_freed_memory
 from trainperf.train.optim import Optimizers, lr_at
 from trainperf.train.peak import device_peak
 from trainperf.train.precision import PrecisionChoice, choose_precision
@@ -57,6 +58,8 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
         return done
     # every check that can refuse the run comes before its first change on disk
     check_source(r.data)
+    if env.device.type == "cpu":
+        keep_freed_memory()
     ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks, verifies and compares what to resume from
     ckpt.check_budget(opts.max_steps or r.total_steps)
     if env.is_main:
