@@ -119,3 +119,31 @@ def test_loss_chunks_are_equal_and_bounded():
         assert n == -(-loss_bytes(tokens, vocab, 1) // limit)  # the fewest that do
     assert loss_chunk(8192, 128256, limit, tp=2) == 820  # loss_parallel: 20 bytes per local entry
     assert loss_chunk(8192, 128256, limit) == 683  # Llama 3.1 8B's sequence: 12 chunks, 1.05 GB each
+
+
+def test_written_out_attention_is_the_fused_kernels_and_is_taken_in_bf16_on_short_cpu_sequences(monkeypatch):
+    """`causal_attention` computes what scaled_dot_product_attention(is_causal=True) does, grouped
+    heads included (values and gradients); a block takes it on a CPU in bf16 up to
+    EXPLICIT_ATTENTION_MAX_LEN tokens and the fused kernel in fp32 or past that length."""
+    import torch.nn.functional as F
+
+    from trainperf.model import transformer
+    from trainperf.model.transformer import EXPLICIT_ATTENTION_MAX_LEN, Attention, causal_attention
+
+    gen = torch.Generator().manual_seed(0)
+    for kv in (4, 2):
+        q = torch.randn(2, 4, 16, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+        k, v = (torch.randn(2, kv, 16, 8, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2))
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != 4)
+        got = causal_attention(q, k, v)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got.square().sum(), (q, k, v)),
+                                   torch.autograd.grad(want.square().sum(), (q, k, v)))
+    taken = []
+    monkeypatch.setattr(transformer, "causal_attention", lambda *a: taken.append(a[0].shape[-2]) or a[0])
+    attn = Attention(ModelConfig(n_layer=1, d_model=32, n_head=4, seq_len=16, vocab_size=50))
+    for dtype, t in ((torch.bfloat16, EXPLICIT_ATTENTION_MAX_LEN), (torch.bfloat16, EXPLICIT_ATTENTION_MAX_LEN + 1),
+                     (torch.float32, 8)):
+        q = torch.randn(1, 4, t, 8, dtype=dtype)
+        attn.attend(q, q, q)
+    assert taken == [EXPLICIT_ATTENTION_MAX_LEN]

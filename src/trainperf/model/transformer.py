@@ -90,6 +90,24 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
 
 
+# bench/attention.py on a 2-core Zen 5 (AVX512-BF16), forward + backward compiled, bf16: the
+# written-out form takes 0.47x / 0.59x the fused kernel's time at 128 / 256 tokens, 1.34x at 512;
+# in fp32 1.03-1.08x from 128 on, so fp32 keeps the fused kernel (docs/benchmarks.md)
+EXPLICIT_ATTENTION_MAX_LEN = 256
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention written out: scores, the mask, a softmax in fp32, the weighted values
+    (grouped-query heads share their key/value head). What the fused kernel computes, in memory
+    that grows with the square of the sequence."""
+    if k.shape[1] != q.shape[1]:
+        k, v = k.repeat_interleave(q.shape[1] // k.shape[1], 1), v.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    scores = (q @ k.mT) * q.shape[-1] ** -0.5
+    future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), -1, torch.promote_types(scores.dtype, torch.float32))
+    return weights.to(v.dtype) @ v
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.family == "gpt":
         return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
@@ -122,7 +140,11 @@ class Attention(nn.Module):
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Causal attention over the sequence this module sees (context parallelism swaps in its own)."""
+        """Causal attention over the sequence this module sees (context parallelism swaps in its own).
+        On a CPU in bf16, up to EXPLICIT_ATTENTION_MAX_LEN tokens, the written-out form compiles to
+        faster code than torch's fused kernel (bench/attention.py); elsewhere the fused kernel."""
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] <= EXPLICIT_ATTENTION_MAX_LEN:
+            return causal_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
 
 
