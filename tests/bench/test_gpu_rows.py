@@ -80,7 +80,7 @@ def test_a_dry_row_runs_in_its_own_process_and_is_written(tmp_path, capsys, row)
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert rc == 0 and [r["row"] for r in rows] == [row] and rows[0]["ok"], (rows, (out / "rows.log").read_text()[-3000:])
     assert rows[0]["train_losses"] and rows[0]["graph_breaks"] == 0 and rows[0]["recompiles_in_timed_run"] == 0
-    assert rows[0]["attention_fused"]
+    assert rows[0]["attention_fused"] is None  # judged on a GPU only: a CPU writes short bf16 attention out
     assert "one GPU cannot test: every NCCL path" in printed
 
 
