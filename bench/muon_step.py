@@ -1,10 +1,10 @@
-"""Muon's step over the `tiny` model's matrices, side by side in one process: trainperf's step (the
-Nesterov update written straight into the bf16 stack, one foreach add per step size) against the
-unfused form it replaced (fp32 Nesterov updates first, stacked and orthogonalised, widened back to
-fp32, one add per matrix). Both compute the same numbers; blocks of 10 steps alternate, so load from
-other processes weighs on both.
+"""Muon's step over the `tiny` model's matrices in bf16, side by side in one process, three ways:
+the direct Newton-Schulz iteration on whole matrices (the step before the Gram form), the Gram form
+on whole matrices, and the Gram form per attention head (`train.muon_per_head`, the recipe's).
+Blocks of 10 steps alternate, so load from other processes weighs on all three.
 
     python bench/muon_step.py --blocks 4
+    python bench/muon_step.py --blocks 4 --keep-freed-memory   # as `trainperf run` sets a CPU run
 """
 
 from __future__ import annotations
@@ -19,46 +19,49 @@ import torch
 
 from trainperf.config import load_recipe
 from trainperf.model.transformer import Transformer
-from trainperf.train.muon import _adjust_lr, orthogonalize
+from trainperf.train import muon as muon_module
+from trainperf.train.host import keep_freed_memory
 from trainperf.train.optim import build_optimizer
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--keep-freed-memory", action="store_true", help="glibc keeps freed blocks (trainperf run's setting)")
     args = ap.parse_args(argv)
-    r = load_recipe("tiny", ["train.precision=bf16"])
-    model = Transformer(dataclasses.replace(r.model, vocab_size=r.data.bpe_vocab_size))
-    muon = build_optimizer(model, r, torch.device("cpu"))[1]
-    ps = muon.param_groups[0]["params"]
-    gen = torch.Generator().manual_seed(0)
-    for p in ps:
-        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
-    muon.step()  # the momentum buffers made, as after a run's first step
-    g = muon.param_groups[0]
-    grads, bufs = [p.grad for p in ps], [muon.state[p]["momentum_buffer"] for p in ps]
-    ns = [tuple(g["ns_coefficients"])] * g["ns_steps"], g["eps"], torch.bfloat16
+    if args.keep_freed_memory:
+        keep_freed_memory()
+    ways = {}
+    for name, per_head in (("direct, whole", False), ("gram, whole", False), ("gram, per head", True)):
+        r = load_recipe("tiny", ["train.precision=bf16", f"train.muon_per_head={str(per_head).lower()}"])
+        model = Transformer(dataclasses.replace(r.model, vocab_size=r.data.bpe_vocab_size))
+        muon = build_optimizer(model, r, torch.device("cpu"))[1]
+        gen = torch.Generator().manual_seed(0)
+        for p in muon.param_groups[0]["params"]:
+            p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+        ways[name] = muon
+    ratio = muon_module.GRAM_RATIO
 
-    @torch.no_grad()
-    def unfused() -> None:
-        lr, mu = g["lr"], g["momentum"]
-        torch._foreach_lerp_(bufs, grads, 1 - mu)
-        orthos = [o.to(p.dtype) for o, p in zip(orthogonalize(torch._foreach_lerp(grads, bufs, mu), *ns), ps)]
-        torch._foreach_mul_(ps, 1 - lr * g["weight_decay"])
-        for p, o in zip(ps, orthos):
-            p.add_(o, alpha=-_adjust_lr(lr, g["adjust_lr_fn"], p.shape))
+    def step(name: str) -> None:
+        # the direct form is what newton_schulz takes when no shape passes the Gram form's ratio
+        muon_module.GRAM_RATIO = float("inf") if name.startswith("direct") else ratio
+        ways[name].step()
 
-    ways = {"trainperf": muon.step, "unfused": unfused}
+    for name in ways:
+        step(name)  # the momentum buffers made, as after a run's first step
     times: dict[str, list[float]] = {k: [] for k in ways}
     for _ in range(args.blocks):
-        for name in ("unfused", "trainperf", "trainperf", "unfused"):
+        for name in [*ways, *reversed(ways)]:
             for _ in range(10):
                 t0 = time.perf_counter()
-                ways[name]()
+                step(name)
                 times[name].append(time.perf_counter() - t0)
-    print(f"# {len(ps)} matrices, {g['ns_steps']} iterations, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    muon_module.GRAM_RATIO = ratio
+    g = ways["direct, whole"].param_groups[0]
+    print(f"# {len(g['params'])} matrices, {g['ns_steps']} iterations, bf16, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, freed memory kept: {args.keep_freed_memory}")
     for name, t in times.items():
-        print(f"{name:<9} min {1e3 * min(t):.1f} ms  median {1e3 * statistics.median(t):.1f} ms")
+        print(f"{name:<15} min {1e3 * min(t):.1f} ms  median {1e3 * statistics.median(t):.1f} ms")
     return 0
 
 
