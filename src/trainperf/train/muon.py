@@ -62,7 +62,8 @@ def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.
     if gram if gram is not None else n > GRAM_RATIO * m:
         a_ = x.mT @ x if tall else x @ x.mT
         # |X|_F^2 = trace(A_0); spectral <= Frobenius, so X / |X|_F has singular values <= 1
-        norm = a_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=torch.promote_types(dtype, torch.float32)).sqrt().clamp(min=eps)[..., None, None]
+        wide = torch.promote_types(dtype, torch.float32)
+        norm = a_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=wide).sqrt().clamp(min=eps)[..., None, None]
         a_ = a_.mul_(norm.square().reciprocal().to(dtype))
         q = None
         for k, (a, b, c) in enumerate(schedule):
