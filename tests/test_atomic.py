@@ -155,3 +155,20 @@ def test_out_rule(tmp_path, monkeypatch):
     with pytest.raises(FileError, match=f"permission denied while creating {tmp_path / 'new'}"):
         atomic.check_out(tmp_path / "new", "report")
     assert (theirs / "notes.txt").read_text() == "mine"
+
+
+def test_a_temporary_name_tells_its_writer():
+    """The host and pid in a temporary name come back out, dotted host names included; a name that
+    is not a temporary for that file gives None."""
+    import os
+    import socket
+    from pathlib import Path
+
+    from trainperf.atomic import _tmp_name, temp_owner
+
+    me = (socket.gethostname(), os.getpid())
+    for suffix in (".tmp", ".tmp.json", ".tmpdir"):
+        assert temp_owner(_tmp_name(Path("d/t00001.json"), suffix).name, "t00001.json") == me
+    assert temp_owner(".t00001.json.node-3.cluster.example.17.0123abcd.tmp", "t00001.json") == ("node-3.cluster.example", 17)
+    assert temp_owner(".t00001.json.node.17.0123abcd.tmp", "t00002.json") is None
+    assert temp_owner("t00001.json", "t00001.json") is None

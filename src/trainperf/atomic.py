@@ -16,8 +16,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,7 +28,16 @@ from trainperf.errors import FileError, OutError, describe_os_error, file_error
 
 
 def _tmp_name(path: Path, suffix: str = ".tmp") -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+    # host and pid name the writer, so a later run can tell a killed writer's leftovers from a live
+    # one's on a shared filesystem (temp_owner)
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
+
+
+def temp_owner(name: str, of: str) -> tuple[str, int] | None:
+    """(host, pid) of the writer whose temporary file for the file named `of` is `name`, or None
+    if `name` is not one."""
+    m = re.fullmatch(re.escape(f".{of}.") + r"(.+)\.(\d+)\.[0-9a-f]{8}\.tmp[.\w]*", name)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 def _fsync(path: Path) -> None:

@@ -136,9 +136,14 @@ def test_a_live_writers_temporary_files_are_left_alone(tmp_path):
 
     host = socket.gethostname()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    names = {"live": f".t00000_train.{host}.{os.getpid()}.bin", "dead": f".t00001_val.{host}.{dead.stdout.strip()}.idx",
-             "other_host": f".t00002_train.elsewhere.example.1.bin", "not_ours": ".notes.txt"}
+    pid = dead.stdout.strip()
+    names = {"live": f".t00000_train.{host}.{os.getpid()}.bin", "dead": f".t00001_val.{host}.{pid}.idx",
+             "other_host": f".t00002_train.elsewhere.example.1.bin", "not_ours": ".notes.txt",
+             # a piece's record, written through atomic.write_json (a kill can land inside it too)
+             "dead_record": f".t00003.json.{host}.{pid}.0123abcd.tmp",
+             "live_record": f".t00004.json.{host}.{os.getpid()}.0123abcd.tmp",
+             "other_host_record": f".t00005.json.elsewhere.example.{pid}.0123abcd.tmp"}
     for n in names.values():
         (tmp_path / n).write_bytes(b"x")
     _sweep_temp(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if not k.startswith("dead"))

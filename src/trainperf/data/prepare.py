@@ -40,6 +40,7 @@ BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
 _PIECE_FILE = re.compile(r"^[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)$")
 _PIECE_TEMP = re.compile(r"^\.[tv]\d{5}_(?:train|val)\.")
+_RECORD_TEMP = re.compile(r"^\.([tv]\d{5}\.json)\.")  # atomic.write_json's temporary for a piece's record
 
 
 @dataclass(frozen=True)
@@ -310,11 +311,14 @@ def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> s
 
 
 def _sweep_temp(pieces: Path) -> None:
-    """Half-written piece files of writers on this machine that are no longer running (a killed
-    prepare's); another machine's, or a live writer's (a concurrent --shard), are left alone."""
+    """Half-written piece files (a piece's .bin/.idx, or its record) of writers on this machine
+    that are no longer running (a killed prepare's); another machine's, or a live writer's (a
+    concurrent --shard), are left alone."""
     host = socket.gethostname()
     for p in pieces.iterdir():
-        owner = temp_owner(p.name) if _PIECE_TEMP.match(p.name) else None
+        record = _RECORD_TEMP.match(p.name)
+        owner = (temp_owner(p.name) if _PIECE_TEMP.match(p.name) else
+                 atomic.temp_owner(p.name, record.group(1)) if record else None)
         if owner and owner[0] == host and not _alive(owner[1]):
             p.unlink(missing_ok=True)
 
