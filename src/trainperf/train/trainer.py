@@ -58,8 +58,6 @@ def train(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
         return done
     # every check that can refuse the run comes before its first change on disk
     check_source(r.data)
-    if env.device.type == "cpu":
-        keep_freed_memory()
     ckpt = Checkpointer(r, opts.out, env, opts.seed, opts.resume)  # picks, verifies and compares what to resume from
     ckpt.check_budget(opts.max_steps or r.total_steps)
     if env.is_main:
@@ -198,6 +196,8 @@ class Trainer:
         self.geometry = self.dims.batch(r.train)
         self.dims.build_mesh(self.device.type)
         self.data = open_data(r, env)
+        if self.device.type == "cpu":  # after the data: a first run's tokenizing keeps its own memory behaviour
+            keep_freed_memory()
         self.precision = resolve_precision(r, env, ckpt, self.geometry.micro, r.model.seq_len // self.dims.cp)
         self.parts, self.n_params = build_parts(r, self.dims, self.device, opts.seed)
         self.engine = make_engine(self.parts, r, self.dims, self.device, self.geometry.accum)
