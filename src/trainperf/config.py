@@ -166,7 +166,7 @@ class TrainConfig:
     # Orthogonalise each attention head's block of wq, wk, wv (its rows) and wo (its columns) on its
     # own, as independent matrices, rather than the whole projection: heads are separate subspaces
     # the attention never mixes before wo, and n_head blocks of head_dim rows cost 1/n_head^2 of the
-    # whole's Newton-Schulz products (docs/benchmarks.md)
+    # whole's Newton-Schulz products (bench/results/tiny_records_2026-12-06_to_07.md)
     muon_per_head: bool = False
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10

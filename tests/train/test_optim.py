@@ -81,7 +81,7 @@ def test_muon_takes_the_block_matrices_only():
 
 def test_muon_newton_schulz_steps_come_from_the_recipe():
     """`train.muon_ns_steps` reaches torch's group setting, and the step then matches the reference
-    iteration with that many steps (the shipped tiny recipe runs 3, docs/benchmarks.md)."""
+    iteration with that many steps (the shipped tiny recipe runs 3, recipes/tiny.toml)."""
     from trainperf.config import ConfigError
 
     small = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16", "train.optimizer=muon"]

@@ -59,7 +59,7 @@ def compile_model(model: nn.Module) -> None:
     layout. The whole model as one graph was tried on a 2-core Zen 5: 10% less CPU time per forward
     and backward on one thread, level end to end at two threads (time to target, bench/throughput.py),
     and its cold compile, what a new machine's first run pays, took 190 s against 52 s per block
-    (docs/benchmarks.md)."""
+    (bench/results/tiny_records_2026-12-06_to_07.md)."""
     for block in model.layers.values():
         block.compile()
 

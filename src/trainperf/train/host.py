@@ -16,7 +16,7 @@ def keep_freed_memory() -> bool:
     new pages every step, each zero-filled on its first touch. With the thresholds raised, freed
     blocks are reused, as a caching allocator (torch's on CUDA, jemalloc or tcmalloc preloaded on a
     CPU) would: Muon's step on `tiny` 15.7-16.5 -> 12.4-13.0 ms, a whole run 16.8-21.8 -> 15.0-16.4 s
-    on a 2-core Zen 5 (docs/benchmarks.md). The
+    on a 2-core Zen 5 (bench/results/tiny_records_2026-12-06_to_07.md). The
     process's resident memory stays at its peak instead of falling after it. False where the C
     library has no mallopt (not glibc)."""
     if not sys.platform.startswith("linux"):

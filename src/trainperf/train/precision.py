@@ -20,7 +20,7 @@ A clear verdict (one format at least `DECISIVE` times the other's speed) is kept
 (`data.cache_dir`, `TRAINPERF_CACHE`), keyed by this CPU (model name, feature flags, cores), torch's
 version and threads and the model, micro-batch and sequence timed: a later run of the same shape on
 the same machine takes it without probing (1-2 s of start-up on an idle 2-core Zen 4, 20-47 s while
-other processes held its cores, docs/benchmarks.md). A close call is measured again every run, so
+other processes held its cores, bench/results/tiny_records_2026-12-06_to_07.md). A close call is measured again every run, so
 a probe thrown off by a busy neighbour is not kept.
 """
 
