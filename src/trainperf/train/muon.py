@@ -53,8 +53,8 @@ def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.
     is read twice (A_0, then Q X_0); its norm is the square root of A_0's trace, folded into A_0 and
     Q. For s iterations and n = r m that is 2r + 4s - 3 products of m^3 against s (2r + 1): fewer
     once r > 1.5, which `gram=None` picks. A tall X is read in place (X^T X, X Q^T). The same
-    polynomial, rounded differently: in bf16 its error against fp32 is 1.3-1.8% on `tiny`'s shapes
-    where the direct form's is 0.4-0.9% (docs/benchmarks.md)."""
+    polynomial, rounded differently: in bf16 its error against float64 is 0.8-3.8% on `tiny`'s
+    shapes where the direct form's is 0.5-1.6% (bench/results/tiny_records_2026-12-06_to_07.md)."""
     mm = torch.addmm if g.dim() == 2 else torch.baddbmm
     tall = g.size(-2) > g.size(-1)
     m, n = sorted(g.shape[-2:])
@@ -108,7 +108,7 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
     256 x 64 per head) are stacked into one batched call. Measured on a 2-core Zen 4 (AVX512-BF16),
     2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms
     one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines'
-    format) keeps one call per matrix (docs/benchmarks.md). A lone whole matrix takes torch's 2-D
+    format) keeps one call per matrix (bench/results/tiny_records_2026-12-06_to_07.md). A lone whole matrix takes torch's 2-D
     operations. `stack` overrides the choice (bench/newton_schulz.py times both).
 
     With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
