@@ -164,11 +164,11 @@ def test_a_temporary_name_tells_its_writer():
     import socket
     from pathlib import Path
 
-    from trainperf.atomic import _tmp_name, temp_owner
+    from trainperf.atomic import temp_name, temp_owner
 
     me = (socket.gethostname(), os.getpid())
     for suffix in (".tmp", ".tmp.json", ".tmpdir"):
-        assert temp_owner(_tmp_name(Path("d/t00001.json"), suffix).name, "t00001.json") == me
+        assert temp_owner(temp_name(Path("d/t00001.json"), suffix).name, "t00001.json") == me
     assert temp_owner(".t00001.json.node-3.cluster.example.17.0123abcd.tmp", "t00001.json") == ("node-3.cluster.example", 17)
     assert temp_owner(".t00001.json.node.17.0123abcd.tmp", "t00002.json") is None
     assert temp_owner("t00001.json", "t00001.json") is None

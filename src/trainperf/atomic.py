@@ -27,7 +27,8 @@ from typing import Any, Iterator
 from trainperf.errors import FileError, OutError, describe_os_error, file_error
 
 
-def _tmp_name(path: Path, suffix: str = ".tmp") -> Path:
+def temp_name(path: Path, suffix: str = ".tmp") -> Path:
+    """The name of a temporary file that will become `path` (in its folder, hidden)."""
     # host and pid name the writer, so a later run can tell a killed writer's leftovers from a live
     # one's on a shared filesystem (temp_owner)
     return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}{suffix}")
@@ -65,7 +66,7 @@ def fsync_dir(path: str | os.PathLike) -> None:
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically (the folder must exist)."""
     path = Path(path)
-    tmp = _tmp_name(path)
+    tmp = temp_name(path)
     try:
         # O_EXCL: never write through a stale name; mode 0o666 lets the umask decide, as open() does
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -99,7 +100,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     same suffix as `path` (so format detection still works); when the block succeeds, it replaces
     `path`; when it fails, it is removed."""
     path = Path(path)
-    tmp = _tmp_name(path, suffix=f".tmp{path.suffix}")
+    tmp = temp_name(path, suffix=f".tmp{path.suffix}")
     try:
         yield tmp
         _fsync(tmp)
@@ -118,7 +119,7 @@ def atomic_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
     are flushed and it is renamed to `out`, replacing an empty `out`, or a full one when `overwrite`;
     when it fails, it is deleted."""
     out = Path(out)
-    tmp = _tmp_name(out, suffix=".tmpdir")
+    tmp = temp_name(out, suffix=".tmpdir")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(tmp, 0o777)  # the umask decides, as for any folder (mkdtemp would make it private)

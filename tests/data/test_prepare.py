@@ -137,8 +137,9 @@ def test_a_live_writers_temporary_files_are_left_alone(tmp_path):
     host = socket.gethostname()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = dead.stdout.strip()
-    names = {"live": f".t00000_train.{host}.{os.getpid()}.bin", "dead": f".t00001_val.{host}.{pid}.idx",
-             "other_host": f".t00002_train.elsewhere.example.1.bin", "not_ours": ".notes.txt",
+    names = {"live": f".t00000_train.bin.{host}.{os.getpid()}.0123abcd.tmp",
+             "dead": f".t00001_val.idx.{host}.{pid}.0123abcd.tmp",
+             "other_host": ".t00002_train.bin.elsewhere.example.1.0123abcd.tmp", "not_ours": ".notes.txt",
              # a piece's record, written through atomic.write_json (a kill can land inside it too)
              "dead_record": f".t00003.json.{host}.{pid}.0123abcd.tmp",
              "live_record": f".t00004.json.{host}.{os.getpid()}.0123abcd.tmp",

@@ -19,13 +19,13 @@ the index says, so a truncated file is refused at once without reading its token
 from __future__ import annotations
 
 import os
-import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from trainperf.atomic import temp_name
 from trainperf.errors import DataError
 
 HEADER = b"MMIDIDX\x00\x00"
@@ -143,10 +143,10 @@ class IndexWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODES:
             raise DataError(f"{self.prefix}: dtype {self.dtype} has no Megatron code")
-        # host and pid in the temporary name: writers on several machines can share a folder, and
-        # a later run can tell a dead writer's leftovers from a live one's (temp_owner)
-        self._tmp = self.prefix.with_name(f".{self.prefix.name}.{socket.gethostname()}.{os.getpid()}")
-        self._bin = open(f"{self._tmp}.bin", "wb")
+        # atomic's temporary names carry host and pid: writers on several machines can share a
+        # folder, and a later run can tell a dead writer's leftovers from a live one's (atomic.temp_owner)
+        self._tmp = {ext: temp_name(path(self.prefix)) for ext, path in (("bin", bin_path), ("idx", idx_path))}
+        self._bin = open(self._tmp["bin"], "wb")
         self._lengths: list[np.ndarray] = []
 
     def add(self, docs: list[np.ndarray] | list[list[int]]) -> None:
@@ -162,23 +162,15 @@ class IndexWriter:
         os.fsync(self._bin.fileno())
         self._bin.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
-        write_index(Path(f"{self._tmp}.idx"), self.dtype, lengths)
-        os.replace(f"{self._tmp}.bin", bin_path(self.prefix))
-        os.replace(f"{self._tmp}.idx", idx_path(self.prefix))
+        write_index(self._tmp["idx"], self.dtype, lengths)
+        os.replace(self._tmp["bin"], bin_path(self.prefix))
+        os.replace(self._tmp["idx"], idx_path(self.prefix))
         return self.prefix
 
     def abort(self) -> None:
         self._bin.close()
-        for ext in (".bin", ".idx"):
-            Path(f"{self._tmp}{ext}").unlink(missing_ok=True)
-
-
-def temp_owner(name: str) -> tuple[str, int] | None:
-    """(host, pid) of the IndexWriter that made temporary file `name`, or None if it is not one."""
-    parts = name.split(".")
-    if len(parts) < 5 or parts[0] != "" or parts[-1] not in ("bin", "idx") or not parts[-2].isdigit():
-        return None
-    return ".".join(parts[2:-2]), int(parts[-2])
+        for tmp in self._tmp.values():
+            tmp.unlink(missing_ok=True)
 
 
 def write_index(path: Path, dtype: np.dtype, lengths: np.ndarray, doc_index: np.ndarray | None = None) -> None:

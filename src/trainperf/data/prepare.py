@@ -31,7 +31,7 @@ from trainperf import atomic
 from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
                                    synthetic_documents)
 from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_meta
-from trainperf.data.indexed import IndexWriter, temp_owner, token_dtype
+from trainperf.data.indexed import IndexWriter, token_dtype
 from trainperf.data.prepared import sha256_file, with_val
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
 from trainperf.errors import DataError
@@ -39,8 +39,8 @@ from trainperf.errors import DataError
 BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
 _PIECE_FILE = re.compile(r"^[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)$")
-_PIECE_TEMP = re.compile(r"^\.[tv]\d{5}_(?:train|val)\.")
-_RECORD_TEMP = re.compile(r"^\.([tv]\d{5}\.json)\.")  # atomic.write_json's temporary for a piece's record
+# the file a piece's temporary becomes: its .bin or .idx, or its record
+_PIECE_TEMP = re.compile(r"^\.([tv]\d{5}(?:_(?:train|val)\.(?:bin|idx)|\.json))\.")
 
 
 @dataclass(frozen=True)
@@ -316,9 +316,8 @@ def _sweep_temp(pieces: Path) -> None:
     concurrent --shard), are left alone."""
     host = socket.gethostname()
     for p in pieces.iterdir():
-        record = _RECORD_TEMP.match(p.name)
-        owner = (temp_owner(p.name) if _PIECE_TEMP.match(p.name) else
-                 atomic.temp_owner(p.name, record.group(1)) if record else None)
+        piece = _PIECE_TEMP.match(p.name)
+        owner = atomic.temp_owner(p.name, piece.group(1)) if piece else None
         if owner and owner[0] == host and not _alive(owner[1]):
             p.unlink(missing_ok=True)
 
