@@ -19,7 +19,6 @@ import torch
 
 from trainperf.config import load_recipe
 from trainperf.model.transformer import Transformer
-from trainperf.train import muon as muon_module
 from trainperf.train.host import keep_freed_memory
 from trainperf.train.optim import build_optimizer
 
@@ -39,12 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         gen = torch.Generator().manual_seed(0)
         for p in muon.param_groups[0]["params"]:
             p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+        if name.startswith("direct"):
+            muon.gram = False  # the form before the Gram form
         ways[name] = muon
-    ratio = muon_module.GRAM_RATIO
 
     def step(name: str) -> None:
-        # the direct form is what newton_schulz takes when no shape passes the Gram form's ratio
-        muon_module.GRAM_RATIO = float("inf") if name.startswith("direct") else ratio
         ways[name].step()
 
     for name in ways:
@@ -56,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 step(name)
                 times[name].append(time.perf_counter() - t0)
-    muon_module.GRAM_RATIO = ratio
     g = ways["direct, whole"].param_groups[0]
     print(f"# {len(g['params'])} matrices, {g['ns_steps']} iterations, bf16, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, freed memory kept: {args.keep_freed_memory}")

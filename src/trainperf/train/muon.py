@@ -102,14 +102,15 @@ def from_blocks(blocks: torch.Tensor, block: Block | None) -> torch.Tensor:
 
 def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
                   stack: bool | None = None, toward: list[torch.Tensor] | None = None,
-                  weight: float = 0.0, blocks: list[Block | None] | None = None) -> list[torch.Tensor]:
+                  weight: float = 0.0, blocks: list[Block | None] | None = None,
+                  gram: bool | None = None) -> list[torch.Tensor]:
     """`newton_schulz` of each update, or of each of its `head_blocks` (`blocks[i]`), coming back
     whole. In bf16 the blocks of one shape (`tiny`: 256 x 256, 704 x 256, 256 x 704; 64 x 256 and
     256 x 64 per head) are stacked into one batched call. Measured on a 2-core Zen 4 (AVX512-BF16),
     2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms
     one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines'
     format) keeps one call per matrix (bench/results/tiny_records_2026-12-06_to_07.md). A lone whole matrix takes torch's 2-D
-    operations. `stack` overrides the choice (bench/newton_schulz.py times both).
+    operations. `stack` overrides the choice (bench/newton_schulz.py times both), `gram` the form.
 
     With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
     straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
@@ -127,8 +128,8 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
         if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
             for i in idx:
                 u = update(i)
-                out[i] = (newton_schulz(u, schedule, eps, dtype) if blocks[i] is None else
-                          from_blocks(newton_schulz(head_blocks(u, blocks[i]), schedule, eps, dtype), blocks[i]))
+                out[i] = (newton_schulz(u, schedule, eps, dtype, gram) if blocks[i] is None else
+                          from_blocks(newton_schulz(head_blocks(u, blocks[i]), schedule, eps, dtype, gram), blocks[i]))
             continue
         at = [0]
         for i in idx:
@@ -140,7 +141,7 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
                 dst.copy_(views[i])
             else:
                 torch.lerp(views[i], head_blocks(toward[i], blocks[i]), weight, out=dst)
-        ortho = newton_schulz(batch, schedule, eps, dtype)
+        ortho = newton_schulz(batch, schedule, eps, dtype, gram)
         for k, i in enumerate(idx):
             out[i] = from_blocks(ortho[at[k]:at[k + 1]], blocks[i])
     return out  # type: ignore[return-value]
@@ -149,14 +150,16 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
 class Muon(torch.optim.Muon):
     """`ns_schedule`: one coefficient triple per Newton-Schulz iteration, replacing torch's
     `ns_coefficients` x `ns_steps` (which it defaults to). `blocks`: the parameters orthogonalised
-    as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole."""
+    as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole. `gram`: the Gram form
+    always (True), never (False) or by shape (None, `newton_schulz`)."""
 
     def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None,
-                 blocks: dict[torch.Tensor, Block] | None = None, **kwargs):
+                 blocks: dict[torch.Tensor, Block] | None = None, gram: bool | None = None, **kwargs):
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
         self.ns_schedule = ns_schedule
         self.blocks = blocks or {}
+        self.gram = gram
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -187,11 +190,11 @@ class Muon(torch.optim.Muon):
         blocks = [self.blocks.get(p) for p in params]
         if isinstance(grads[0], DTensor):
             updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-            orthos = [self._sharded(u, *args, block=b) for u, b in zip(updates, blocks)]
+            orthos = [self._sharded(u, *args, gram=self.gram, block=b) for u, b in zip(updates, blocks)]
         elif group["nesterov"]:  # the Nesterov update made inside, in Newton-Schulz's format
-            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks)
+            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks, gram=self.gram)
         else:
-            orthos = orthogonalize(bufs, *args, blocks=blocks)
+            orthos = orthogonalize(bufs, *args, blocks=blocks, gram=self.gram)
         torch._foreach_mul_(params, 1 - lr * wd)
         # one foreach add per step size (one per shape); a 16-bit update is widened inside the add
         by_alpha: dict[float, tuple[list, list]] = {}
@@ -204,12 +207,12 @@ class Muon(torch.optim.Muon):
 
     @staticmethod
     def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype,
-                 block: Block | None = None) -> DTensor:
+                 gram: bool | None = None, block: Block | None = None) -> DTensor:
         full = update.full_tensor()
         if block is None:
-            ortho = newton_schulz(full, schedule, eps, dtype)
+            ortho = newton_schulz(full, schedule, eps, dtype, gram)
         else:  # the blocks as one stack, put back in place
-            ortho = from_blocks(newton_schulz(head_blocks(full, block), schedule, eps, dtype), block)
+            ortho = from_blocks(newton_schulz(head_blocks(full, block), schedule, eps, dtype, gram), block)
         # Replicate -> the parameter's placements is a local slice, no communication
         mesh = update.device_mesh
         return DTensor.from_local(ortho.to(full.dtype), mesh, [Replicate()] * mesh.ndim).redistribute(
