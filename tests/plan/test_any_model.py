@@ -77,6 +77,11 @@ def test_a_token_budget_is_steps_times_the_step(capsys):
     assert s["minutes"] is None and s["step_time_s"] == d["step_time_s"] and s["mfu"] > 0.2
 
 
+def test_the_layouts_gbs_is_the_models_global_batch(capsys):
+    d = plan_json(capsys, "--model", GPT3, "--gpu", "h100", "--gpus", "1024", "--layout", "gbs=1536")
+    assert d["layout"]["global_batch"] == 1536
+
+
 def test_a_recipe_is_a_model_with_its_own_batch():
     p = make_plan(custom_workload("llama31_8b"), "h100", 64)
     assert p.best.layout.gbs == 32 and not p.bench.is_mlperf and p.best.estimate.evals == 0
@@ -97,6 +102,7 @@ def test_fp16_is_priced_at_the_16_bit_rate():
     (["--model", GPT3, "--gpu", "h100", "--gpus", "3072", "--gbs", "1536", "--layout", "cp=3"],
      "cp=3 does not split the 2048-token sequence"),
     (["--model", GPT3, "--gpu", "h100", "--gpus", "8"], "--gbs: give the global batch"),
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--layout", "gbs=16"], "disagree"),
     (["--model", GPT3, "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--round", "4.1"], "MLPerf rounds apply"),
     (["gpt3_175b", "--gpu", "h100", "--gpus", "1000000000000"], "beyond any catalogued system"),
     (["gpt3_175b", "--gpu", "h100", "--gpus", "-3"], "positive integer"),

@@ -186,10 +186,11 @@ def cmd_plan(args) -> int:
     n = parse_gpu_count(args.gpus)
     check(args.price, args.pue)
     cal, note = _calibration(args)
-    kw = dict(stack=_stack(args), network=args.network, layout=parse_layout(args.layout) if args.layout else None, gbs=args.gbs,
+    layout = parse_layout(args.layout) if args.layout else None
+    kw = dict(stack=_stack(args), network=args.network, layout=layout, gbs=args.gbs,
               precision=args.precision, calib=cal, top=args.top, convergence=_convergence(args),
               explore=args.explore, price=args.price, pue=args.pue)
-    what = args.bench or custom_workload(args.model, args.seq_len, args.gbs)
+    what = args.bench or custom_workload(args.model, args.seq_len, args.gbs or (layout or {}).get("gbs"))
     plan = _run(lambda: make_plan(what, args.gpu, n, round_=args.round_, tokens=args.tokens, **kw))
     other = _run(lambda: make_plan(plan.bench, args.vs, n, round_=args.round_ and plan.bench.round,
                                    tokens=args.tokens, **kw)) if args.vs else None

@@ -140,6 +140,8 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
     cal = calib or load_calibration()
     fix = dict(layout or {})
     if "gbs" in fix:
+        if gbs is not None and gbs != fix["gbs"]:
+            raise ConfigError(f"--layout gbs={fix['gbs']} and --gbs {gbs} disagree: give the global batch once")
         gbs = fix.pop("gbs")
     _check_budget(b, tokens, round_, convergence)
     samples = convergence.samples if convergence else None
