@@ -211,6 +211,11 @@ def test_errors_are_one_line_and_name_file_and_key(tmp_path):
     (path / "config.json").write_text(json.dumps({**raw, "hidden_act": "gelu"}))
     with pytest.raises(WeightsError, match=r"hidden_act='gelu'"):
         read_hf_config(path)
+    # the planner prices Qwen2's blocks as Llama's (tests/plan/test_any_model.py); the trainer
+    # cannot hold its q/k/v biases beside a bias-free o
+    (path / "config.json").write_text(json.dumps({**raw, "model_type": "qwen2"}))
+    with pytest.raises(WeightsError, match=r"model_type='qwen2': trainperf reads dense llama, qwen3 and gpt2"):
+        read_hf_config(path)
     (path / "model.safetensors").unlink()
     with pytest.raises(WeightsError, match=r"no model.safetensors or model.safetensors.index.json"):
         HFTensors(path, "llama")

@@ -39,8 +39,44 @@ def test_hf_config_json(tmp_path):
     assert (c.n_layer, c.kv_heads, c.ff_dim, c.seq_len, c.family) == (32, 8, 14336, 8192, "llama")
     assert not b.is_mlperf and b.evals(1e6, 64) == 0.0
     p.write_text(json.dumps({"model_type": "mamba"}))
-    with pytest.raises(ConfigError, match="not a dense GPT/Llama"):
+    with pytest.raises(ConfigError, match="model_type='mamba': trainperf reads dense"):
         custom_workload(str(p), gbs=8)
+
+
+LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ({"model_type": "qwen3", "attention_bias": False, "use_sliding_window": False, "sliding_window": 4096}, None),
+    ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 131072}, None),  # its q/k/v biases aside
+    ({"model_type": "mistral", "sliding_window": None, "hidden_act": "gelu"}, None),  # the activation costs alike
+    ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window=4096: trainperf attends over the whole"),
+    ({"model_type": "mistral", "head_dim": 160}, "head_dim=160: trainperf's head size is hidden_size / num_att"),
+    ({"model_type": "mixtral", "num_local_experts": 8}, "num_local_experts=8: a mixture of experts"),
+    ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': must be a positive integer"),
+    ({"model_type": "llama", "num_key_value_heads": 5}, "num_key_value_heads=5: does not divide"),
+])
+def test_hf_configs_are_read_as_the_trainer_reads_them(tmp_path, extra, msg):
+    """One reader (model.hf_config) for `plan --model config.json` and import-hf; the planner
+    refuses only what changes the price, in one line naming the key."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**LLAMA_8B, **extra}))
+    if msg is None:
+        c = custom_workload(str(p), gbs=8).model
+        assert (c.n_layer, c.d_model, c.kv_heads, c.ff_dim, c.family) == (32, 4096, 8, 14336, "llama")
+        assert c.qk_norm == (extra["model_type"] == "qwen3")
+    else:
+        with pytest.raises(ConfigError, match=msg):
+            custom_workload(str(p), gbs=8)
+
+
+def test_a_config_that_is_not_an_object_is_refused(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text("[1, 2]")
+    assert main(["plan", "--model", str(p), "--gpu", "h100", "--gpus", "8", "--gbs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "not a config object (a JSON list)" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("spec,msg", [

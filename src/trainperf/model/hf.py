@@ -28,6 +28,7 @@ from safetensors import SafetensorError, safe_open
 
 from trainperf.config import ModelConfig
 from trainperf.errors import WeightsError
+from trainperf.model.hf_config import hf_model_config, read_config_json
 from trainperf.model.transformer import Transformer
 
 # trainperf name -> HF name. Layer entries are relative to `layers.<i>.` / the HF layer prefix;
@@ -197,16 +198,6 @@ def is_hf_dir(path: Path) -> bool:
     return isinstance(raw, dict) and "model_type" in raw and "trainperf_model" not in raw
 
 
-def _rope(raw: dict) -> tuple[float, str, dict]:
-    """(rope_theta, rope_type, scaling parameters) from a 4.x (rope_theta, rope_scaling) or 5.x
-    (rope_parameters) config."""
-    params = raw.get("rope_parameters") or {}
-    scaling = raw.get("rope_scaling") or {}
-    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    return float(theta), str(kind), {**scaling, **params}
-
-
 def _rope_hf(cfg: ModelConfig) -> dict:
     """The RoPE keys of an HF llama config.json for `cfg`."""
     params: dict = {"rope_type": "default", "rope_theta": cfg.rope_theta}
@@ -223,83 +214,11 @@ def _rope_hf(cfg: ModelConfig) -> dict:
 
 def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
     """The trainperf model config of an HF checkpoint folder, and notes on what trainperf computes
-    differently. Missing keys take the HF class defaults (save_pretrained omits some of them)."""
-    path = Path(path)
-    file = path / "config.json"
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WeightsError(f"{file}: not found (not a Hugging Face checkpoint folder)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WeightsError(f"{file}: not readable JSON ({e})") from None
-    kind = raw.get("model_type")
-
-    def need(key: str, ok: bool, why: str) -> None:
-        if not ok:
-            raise WeightsError(f"{file}: {key}={raw.get(key)!r}: {why}")
-
-    if kind in ("llama", "qwen3"):
-        return _llama_config(raw, kind, file, need)
-    if kind == "gpt2":
-        return _gpt2_config(raw, need), []
-    raise WeightsError(f"{file}: model_type={kind!r}: trainperf reads llama (LlamaForCausalLM), "
-                       "qwen3 (Qwen3ForCausalLM) and gpt2 (GPT2LMHeadModel) checkpoints only")
-
-
-def _llama_config(raw: dict, kind: str, file: Path, need) -> tuple[ModelConfig, list[str]]:
-    """A LlamaForCausalLM / Qwen3ForCausalLM config.json; `need(key, ok, why)` refuses what differs."""
-    notes: list[str] = []
-    d, n_head = int(raw.get("hidden_size", 4096)), int(raw.get("num_attention_heads", 32))
-    need("num_attention_heads", n_head > 0 and d % n_head == 0, f"does not divide hidden_size={d}")
-    need("head_dim", raw.get("head_dim") in (None, d // n_head),
-         f"trainperf's head size is hidden_size / num_attention_heads = {d // n_head}")
-    need("hidden_act", raw.get("hidden_act", "silu") == "silu", "trainperf's llama MLP is SwiGLU (silu)")
-    bias = bool(raw.get("attention_bias", False))
-    if kind == "qwen3":
-        need("attention_bias", not bias, "trainperf has one model.bias for attention and MLP, and Qwen3's MLP "
-             "has none")
-        need("use_sliding_window", not raw.get("use_sliding_window", False),
-             "trainperf attends over the whole causal context")
-    need("mlp_bias", bool(raw.get("mlp_bias", False)) == bias,
-         f"trainperf has one model.bias for attention and MLP (attention_bias={bias})")
-    theta, rope_type, rp = _rope(raw)
-    scaling = {}
-    if rope_type == "llama3":
-        try:
-            scaling = dict(rope_scaling_factor=float(rp["factor"]),
-                           rope_low_freq_factor=float(rp.get("low_freq_factor", 1.0)),
-                           rope_high_freq_factor=float(rp.get("high_freq_factor", 4.0)),
-                           rope_original_context=int(rp.get("original_max_position_embeddings", 8192)))
-        except (KeyError, TypeError, ValueError):
-            raise WeightsError(f"{file}: rope_scaling of type 'llama3' without a numeric 'factor'") from None
-    elif rope_type != "default":
-        notes.append(f"{file}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
-                     "its logits differ from transformers' (most at long distances)")
-    cfg = ModelConfig(family="llama", n_layer=int(raw.get("num_hidden_layers", 32)), d_model=d, n_head=n_head,
-                      n_kv_head=int(raw.get("num_key_value_heads") or n_head),
-                      d_ff=int(raw.get("intermediate_size", 11008)), vocab_size=int(raw.get("vocab_size", 32000)),
-                      seq_len=int(raw.get("max_position_embeddings", 2048)),
-                      norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta, **scaling,
-                      tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias,
-                      qk_norm=kind == "qwen3")
-    return cfg, notes
-
-
-def _gpt2_config(raw: dict, need) -> ModelConfig:
-    """A GPT2LMHeadModel config.json; `need(key, ok, why)` refuses what differs."""
-    d, n_head = int(raw.get("n_embd", 768)), int(raw.get("n_head", 12))
-    need("n_head", n_head > 0 and d % n_head == 0, f"does not divide n_embd={d}")
-    need("activation_function", raw.get("activation_function", "gelu_new") in ("gelu_new", "gelu_pytorch_tanh"),
-         "trainperf's gpt MLP uses the tanh GELU (gelu_new)")
-    need("scale_attn_weights", raw.get("scale_attn_weights", True) is True, "trainperf scales by 1/sqrt(head size)")
-    need("scale_attn_by_inverse_layer_idx", not raw.get("scale_attn_by_inverse_layer_idx", False),
-         "trainperf does not scale attention by layer")
-    need("add_cross_attention", not raw.get("add_cross_attention", False), "trainperf is decoder-only")
-    return ModelConfig(family="gpt", n_layer=int(raw.get("n_layer", 12)), d_model=d, n_head=n_head,
-                       n_kv_head=n_head, d_ff=int(raw.get("n_inner") or 4 * d),
-                       vocab_size=int(raw.get("vocab_size", 50257)), seq_len=int(raw.get("n_positions", 1024)),
-                       norm_eps=float(raw.get("layer_norm_epsilon", 1e-5)),
-                       tie_embeddings=bool(raw.get("tie_word_embeddings", True)), bias=True)
+    differently (`hf_config.hf_model_config`, exact)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise WeightsError(f"{file}: not found (not a Hugging Face checkpoint folder)")
+    return hf_model_config(read_config_json(file, WeightsError), str(file), WeightsError, exact=True)
 
 
 class HFTensors:

@@ -162,30 +162,21 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
 # the inline grammar `layers=96,d_model=12288,heads=96,kv_heads=96,ffn=49152,vocab=51200,seq=2048,family=gpt`
 INLINE_KEYS = {"layers": "n_layer", "d_model": "d_model", "heads": "n_head", "kv_heads": "n_kv_head",
                "ffn": "d_ff", "vocab": "vocab_size", "seq": "seq_len"}
-# Hugging Face config.json keys of the Llama-style (llama, mistral, qwen2) and GPT-2 configs
-HF_LLAMA = {"num_hidden_layers": "n_layer", "hidden_size": "d_model", "num_attention_heads": "n_head",
-            "num_key_value_heads": "n_kv_head", "intermediate_size": "d_ff", "vocab_size": "vocab_size",
-            "max_position_embeddings": "seq_len"}
-HF_GPT2 = {"n_layer": "n_layer", "n_embd": "d_model", "n_head": "n_head", "n_inner": "d_ff",
-           "vocab_size": "vocab_size", "n_positions": "seq_len"}
-HF_LLAMA_TYPES = ("llama", "mistral", "qwen2")
 
 
-def _family_model(family: str, shape: dict, where: str, tie: bool | None = None,
-                  names: dict | None = None) -> ModelConfig:
+def _family_model(family: str, shape: dict, where: str) -> ModelConfig:
     """A ModelConfig of `family`: llama is RMSNorm, SwiGLU, RoPE and an untied head; gpt is
     LayerNorm, GELU, learned positions and biases, its head tied to the embedding."""
     if family not in ("llama", "gpt"):
         raise ConfigError(f"{where}: family must be llama or gpt, got '{family}'")
-    inv = {v: k for k, v in (names or INLINE_KEYS).items()}  # our field -> the key the user wrote
+    inv = {v: k for k, v in INLINE_KEYS.items()}  # our field -> the key the user wrote
     for k, v in shape.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "d_ff" else 1):
             raise ConfigError(f"{where}: {inv.get(k, k)} must be a positive integer, got {v!r}")
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size", "seq_len") if k not in shape]
     if missing:
         raise ConfigError(f"{where}: missing {', '.join(inv.get(m, m) for m in missing)}")
-    cfg = ModelConfig(family=family, tie_embeddings=(family == "gpt") if tie is None else tie,
-                      bias=family == "gpt", **shape)
+    cfg = ModelConfig(family=family, tie_embeddings=family == "gpt", bias=family == "gpt", **shape)
     check_model(cfg, where)
     return cfg
 
@@ -222,24 +213,14 @@ def parse_inline(text: str) -> ModelConfig:
 
 
 def parse_hf_config(path: Path) -> ModelConfig:
-    """A Hugging Face config.json of a Llama-style (llama, mistral, qwen2) or GPT-2 model."""
-    import json
+    """A Hugging Face config.json, read as the trainer reads it (`model.hf_config`), refusing only
+    what changes the price."""
+    from trainperf.model.hf_config import hf_model_config, read_config_json
 
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"--model {path}: not a readable config.json ({e})") from None
-    mt = str(raw.get("model_type", ""))
-    if mt in HF_LLAMA_TYPES:
-        keys, family = HF_LLAMA, "llama"
-    elif mt == "gpt2":
-        keys, family = HF_GPT2, "gpt"
-    else:
-        raise ConfigError(f"--model {path}: model_type '{mt}' is not a dense GPT/Llama model the planner prices "
-                          f"({', '.join(HF_LLAMA_TYPES)}, gpt2)")
-    shape = {ours: raw[k] for k, ours in keys.items() if raw.get(k) is not None}
-    return _family_model(family, shape, f"--model {path}", tie=bool(raw.get("tie_word_embeddings", family == "gpt")),
-                         names=keys)
+    where = f"--model {path}"
+    cfg, _ = hf_model_config(read_config_json(path, ConfigError), where, ConfigError, exact=False)
+    check_model(cfg, where)
+    return cfg
 
 
 def custom_workload(spec: str, seq_len: int | None = None, gbs: int | None = None) -> Benchmark:
