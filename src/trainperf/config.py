@@ -40,6 +40,9 @@ class ModelConfig:
     d_model: int = 256
     n_head: int = 4
     n_kv_head: int = 0  # 0 -> same as n_head (multi-head attention)
+    # each head's width; 0 -> d_model / n_head. Qwen 3 (0.6B: 16 heads of 128 on d_model 1024) and
+    # Mistral NeMo (32 of 128 on 5120) set it apart, so q and the attention output are n_head * head_size wide
+    head_size: int = 0
     d_ff: int = 0  # 0 -> family default (4*d for gpt, ~8/3*d rounded to `ff_multiple_of` for llama)
     ff_multiple_of: int = 64
     vocab_size: int = 0  # 0 -> taken from the tokenizer
@@ -88,7 +91,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_head
+        return self.head_size or self.d_model // self.n_head
 
     @property
     def ff_dim(self) -> int:
@@ -476,7 +479,9 @@ def validate(r: Recipe) -> None:
     m, d, t, e, p = r.model, r.data, r.train, r.eval, r.parallel
     for k in ("n_layer", "d_model", "n_head", "seq_len"):
         _check(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")
-    _check(m.d_model % m.n_head == 0, "model.n_head", f"{m.n_head} heads do not divide d_model={m.d_model}")
+    _check(m.head_size >= 0, "model.head_size", "must be >= 0 (0: d_model / n_head)")
+    _check(m.head_size > 0 or m.d_model % m.n_head == 0, "model.n_head",
+           f"{m.n_head} heads do not divide d_model={m.d_model} (or set model.head_size)")
     _check(m.n_kv_head >= 0, "model.n_kv_head", "must be >= 0")
     _check(m.n_head % m.kv_heads == 0, "model.n_kv_head", f"{m.kv_heads} kv heads do not divide n_head={m.n_head}")
     _check(m.family == "gpt" or m.head_dim % 2 == 0, "model.n_head", "RoPE needs an even head dimension")

@@ -2,6 +2,7 @@
 transformers' own models are saved with save_pretrained, imported, and must give the same logits."""
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -46,9 +47,9 @@ def _llama(tmp_path, shard=False, **kw):
     return model, out
 
 
-def _qwen3(tmp_path, shard=False, **kw):
+def _qwen3(tmp_path, shard=False, head_dim=8, **kw):
     cfg = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
                                    max_position_embeddings=SEQ, rms_norm_eps=1e-5, rope_theta=500000.0,
                                    tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, **kw)
     torch.manual_seed(0)
@@ -72,15 +73,18 @@ def _tokens(seed=0):
     return torch.randint(0, VOCAB, (2, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "qwen3_wide_heads", "gpt2"])
 @pytest.mark.parametrize("shard", [False, True])
 def test_imported_model_gives_transformers_logits(tmp_path, family, shard):
-    hf_model, path = {"llama": _llama, "qwen3": _qwen3, "gpt2": _gpt2}[family](tmp_path, shard=shard)
+    # qwen3_wide_heads: 4 heads of 16 on hidden 32, as Qwen 3's 0.6B and 32B models set head_dim apart
+    wide = functools.partial(_qwen3, head_dim=16)
+    hf_model, path = {"llama": _llama, "qwen3": _qwen3, "qwen3_wide_heads": wide, "gpt2": _gpt2}[family](
+        tmp_path, shard=shard)
     assert (path / "model.safetensors.index.json").is_file() == shard
     cfg, sd = read_hf_checkpoint(path)
-    if family in ("llama", "qwen3"):
+    if family != "gpt2":
         assert (cfg.family, cfg.n_kv_head, cfg.d_ff, cfg.rope_theta, cfg.tie_embeddings) == ("llama", 2, 48, 5e5, False)
-        assert cfg.qk_norm == (family == "qwen3")
+        assert cfg.qk_norm == family.startswith("qwen3") and cfg.head_dim == (16 if "wide" in family else 8)
     else:
         assert (cfg.family, cfg.bias, cfg.tie_embeddings, cfg.seq_len) == ("gpt", True, True, SEQ)
     ours = Transformer(cfg).eval()
@@ -142,6 +146,7 @@ def _saved_run(tmp_path, overrides):
 @pytest.mark.parametrize("overrides", [
     ["model.family=llama", "model.n_kv_head=2", "model.bias=true", "model.tie_embeddings=false", "model.qk_norm=false"],
     ["model.family=llama", "model.qk_norm=true"],
+    ["model.family=llama", "model.qk_norm=true", "model.head_size=32"],
     ["model.family=gpt", "model.qk_norm=false"],
     ["model.family=gpt", "model.n_kv_head=2", "model.tie_embeddings=false", "model.qk_norm=false"],
 ])

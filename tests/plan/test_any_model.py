@@ -52,7 +52,7 @@ LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_head
     ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 131072}, None),  # its q/k/v biases aside
     ({"model_type": "mistral", "sliding_window": None, "hidden_act": "gelu"}, None),  # the activation costs alike
     ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window=4096: trainperf attends over the whole"),
-    ({"model_type": "mistral", "head_dim": 160}, "head_dim=160: trainperf's head size is hidden_size / num_att"),
+    ({"model_type": "mistral", "head_dim": 0}, "head_dim=0: must be a positive integer"),
     ({"model_type": "mixtral", "num_local_experts": 8}, "num_local_experts=8: a mixture of experts"),
     ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': must be a positive integer"),
     ({"model_type": "llama", "num_key_value_heads": 5}, "num_key_value_heads=5: does not divide"),
@@ -69,6 +69,22 @@ def test_hf_configs_are_read_as_the_trainer_reads_them(tmp_path, extra, msg):
     else:
         with pytest.raises(ConfigError, match=msg):
             custom_workload(str(p), gbs=8)
+
+
+def test_a_head_size_apart_from_hidden_over_heads_is_priced(tmp_path):
+    """Mistral NeMo: 32 heads of 128 on hidden 5120, so q and the attention output are 4,096 wide."""
+    from trainperf.model.flops import matmul_params
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "mistral", "hidden_size": 5120, "head_dim": 128, "num_attention_heads": 32,
+                             "num_key_value_heads": 8, "intermediate_size": 14336, "num_hidden_layers": 40,
+                             "vocab_size": 131072, "max_position_embeddings": 1024000, "sliding_window": None}))
+    c = custom_workload(str(p), seq_len=4096, gbs=8).model
+    assert c.head_dim == 128
+    layer = 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 14336  # q and o, k and v, the SwiGLU MLP
+    assert matmul_params(c) == 40 * layer + 5120 * 131072
+    inline = parse_inline("layers=40,d_model=5120,heads=32,kv_heads=8,head_dim=128,ffn=14336,vocab=131072,seq=4096")
+    assert matmul_params(inline) == matmul_params(c) and inline.head_dim == 128
 
 
 def test_a_config_that_is_not_an_object_is_refused(tmp_path, capsys):

@@ -86,6 +86,9 @@ def check_exportable(cfg: ModelConfig) -> None:
     if cfg.logit_softcap > 0:
         raise WeightsError(f"model.logit_softcap={cfg.logit_softcap}: {cls} does not cap logits; "
                            "this model cannot be exported")
+    if cfg.family == "gpt" and cfg.head_dim * cfg.n_head != cfg.d_model:
+        raise WeightsError(f"model.head_size={cfg.head_size}: {cls}'s heads split n_embd={cfg.d_model}; "
+                           "this model cannot be exported")
 
 
 def rules(cfg: ModelConfig) -> list[Rule]:

@@ -4,7 +4,7 @@ a base checkpoint) and the planner (`plan --model config.json`), without torch s
 The two ask different things of a model. The trainer must compute what transformers computes
 (`exact`): anything it would compute differently is refused (an activation, a bias layout) or
 noted (a RoPE scaling it does not implement). The planner must price it: only what changes the
-cost is refused (a head size other than hidden_size / heads, a sliding window, experts), so Mistral
+cost is refused (a sliding window, experts), so Mistral
 and Qwen2 configs are priced as the Llama blocks they are, their q/k/v biases aside.
 """
 
@@ -91,9 +91,8 @@ def hf_model_config(raw: dict, where: str, error: type[TrainperfError],
 def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
     raw, notes = r.raw, []
     d, n_head = r.int("hidden_size", 4096), r.int("num_attention_heads", 32)
-    r.need("num_attention_heads", d % n_head == 0, f"does not divide hidden_size={d}", cost=True)
-    r.need("head_dim", raw.get("head_dim") in (None, d // n_head),
-           f"trainperf's head size is hidden_size / num_attention_heads = {d // n_head}", cost=True)
+    head = r.int("head_dim", 0) if raw.get("head_dim") is not None else 0
+    r.need("num_attention_heads", head or d % n_head == 0, f"does not divide hidden_size={d}", cost=True)
     window_key = "use_sliding_window" if "use_sliding_window" in raw else "sliding_window"
     windowed = raw.get("use_sliding_window", kind == "mistral") and raw.get("sliding_window") is not None
     r.need(window_key, not windowed, "trainperf attends over the whole causal context", cost=True)
@@ -121,7 +120,8 @@ def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
         notes.append(f"{r.where}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
                      "its logits differ from transformers' (most at long distances)")
     cfg = ModelConfig(family="llama", n_layer=r.int("num_hidden_layers", 32), d_model=d, n_head=n_head,
-                      n_kv_head=r.int("num_key_value_heads", n_head), d_ff=r.int("intermediate_size", 11008),
+                      n_kv_head=r.int("num_key_value_heads", n_head),
+                      head_size=0 if head == d // n_head else head, d_ff=r.int("intermediate_size", 11008),
                       vocab_size=r.int("vocab_size", 32000), seq_len=r.int("max_position_embeddings", 2048),
                       norm_eps=r.number("rms_norm_eps", 1e-6), rope_theta=theta, **scaling,
                       tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias,

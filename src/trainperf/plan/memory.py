@@ -41,19 +41,19 @@ def activation_bytes_per_layer(cfg: ModelConfig, s: int, b: int, tp: int = 1, sp
     the two norm outputs and the down-projection's input shrink by half; the attention output
     stays 16-bit for the attention's backward and its FP8 copy is kept besides (+1 byte)."""
     h, a, f = cfg.d_model, cfg.n_head, cfg.ff_dim
-    kv = cfg.kv_heads * cfg.head_dim
-    sbh = s * b * h
+    kv, q = cfg.kv_heads * cfg.head_dim, cfg.n_head * cfg.head_dim  # q = h unless model.head_size sets it apart
+    sbh, sbq = s * b * h, s * b * q
     if recompute == "full":
         return 2 * sbh / (tp if sp else 1)
     drop_mask = 1 if dropout else 0
     # parts tensor parallelism splits anyway (head-sharded or ff-sharded tensors)
-    q_k_v = 2 * sbh + 2 * 2 * s * b * kv
+    q_k_v = 2 * sbq + 2 * 2 * s * b * kv
     q8 = 1 if fp8_inputs else 0  # bytes a quantized GEMM input saves (-) or adds (+) per element
     if flash:
-        core = (2 + q8) * sbh  # output O (the logsumexp is s·b·a floats, negligible)
+        core = (2 + q8) * sbq  # output O (the logsumexp is s·b·a floats, negligible)
     else:
         scores = 2 * a * s * s * b + (3 * a * s * s * b if dropout else 0)
-        core = (0 if recompute == "selective" else scores) + 2 * sbh
+        core = (0 if recompute == "selective" else scores) + 2 * sbq
     act_out = (2 - q8) * s * b * f  # the down-projection's input
     if cfg.gated:
         mlp_mid = 2 * 2 * s * b * f + act_out  # gate, up, gate*up

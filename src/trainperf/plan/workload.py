@@ -161,7 +161,7 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
 
 # the inline grammar `layers=96,d_model=12288,heads=96,kv_heads=96,ffn=49152,vocab=51200,seq=2048,family=gpt`
 INLINE_KEYS = {"layers": "n_layer", "d_model": "d_model", "heads": "n_head", "kv_heads": "n_kv_head",
-               "ffn": "d_ff", "vocab": "vocab_size", "seq": "seq_len"}
+               "ffn": "d_ff", "vocab": "vocab_size", "seq": "seq_len", "head_dim": "head_size"}
 
 
 def _family_model(family: str, shape: dict, where: str) -> ModelConfig:
@@ -183,8 +183,8 @@ def _family_model(family: str, shape: dict, where: str) -> ModelConfig:
 
 def check_model(cfg: ModelConfig, where: str) -> None:
     """What the planner needs of a shape to price it: one line naming what is wrong."""
-    if cfg.d_model % cfg.n_head:
-        raise ConfigError(f"{where}: {cfg.n_head} heads do not divide d_model {cfg.d_model}")
+    if not cfg.head_size and cfg.d_model % cfg.n_head:
+        raise ConfigError(f"{where}: {cfg.n_head} heads do not divide d_model {cfg.d_model} (or give head_dim)")
     if cfg.n_head % cfg.kv_heads:
         raise ConfigError(f"{where}: {cfg.kv_heads} KV heads do not divide the {cfg.n_head} heads")
     if cfg.vocab_size < 1:
