@@ -167,6 +167,18 @@ def test_what_the_model_cannot_price_is_refused_in_one_line(capsys, argv, msg):
     assert msg in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv,msg", [
+    (["gpt3_175b", "--gpu", "h100", "--gpus", "512", "--samples", "inf"], "plan: argument --samples: must be a finite"),
+    (["gpt3_175b", "--gpu", "h100", "--gpus", "512", "--price", "inf"], "--price: must be a finite number"),
+    (["--model", GPT3, "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--tokens", "nan"], "--tokens: must be a finite"),
+])
+def test_a_number_that_is_not_finite_is_a_usage_error(capsys, argv, msg):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and err.count("\n") == 1
+
+
 def test_the_search_never_leaves_a_stage_empty():
     """96 layers over pp 64 would leave 16 stages without a layer: the search does not price it."""
     p = make_plan(custom_workload(GPT3, gbs=1536), "h100", 1024, top=50)

@@ -2,13 +2,14 @@
 
 A count that must be positive is typed `positive_int` (`--nproc 0`, `--max-steps 0`, `--seeds 0`
 are refused, not read as "default"), one that may be zero `non_negative_int`, a name that becomes a
-file name `file_name`. argparse reports a bad value as `trainperf <cmd>: error: argument --flag: ...`
+file name `file_name`, a real number `finite_float`. argparse reports a bad value as `trainperf <cmd>: error: argument --flag: ...`
 on one line and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from typing import NoReturn
@@ -37,6 +38,17 @@ def non_negative_int(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
+
+
+def finite_float(text: str) -> float:
+    """A finite number (`nan` and `inf` parse as floats, and would price or cost as such)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return x
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

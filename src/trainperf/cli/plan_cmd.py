@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from trainperf.cli.args import positive_int
+from trainperf.cli.args import finite_float, positive_int
 from trainperf.errors import RunError, UsageError
 
 EPILOG = """examples:
@@ -48,9 +48,9 @@ def _cluster_opts(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                         "(default: the newest round with the benchmark)")
     p.add_argument("--explore", action="store_true",
                    help="rank layouts by predicted time only (default: layouts NVIDIA published for the GPU family first)")
-    p.add_argument("--price", type=float, default=None, metavar="USD_PER_GPU_HOUR",
+    p.add_argument("--price", type=finite_float, default=None, metavar="USD_PER_GPU_HOUR",
                    help="price of one GPU-hour: adds cost_usd")
-    p.add_argument("--pue", type=float, default=None,
+    p.add_argument("--pue", type=finite_float, default=None,
                    help="facility overhead on the GPUs' TDP energy (default 1.2, an assumption)")
     p.add_argument("--calibrate", metavar="RUNDIR", default=None,
                    help="refit the compute efficiency from a trainperf run's summary.json")
@@ -84,9 +84,9 @@ def _plan_opts() -> argparse.ArgumentParser:
                    help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
                         "config.json, or layers=,d_model=,heads=,kv_heads=,ffn=,vocab=,seq=,family=gpt|llama")
     p.add_argument("--seq-len", type=positive_int, default=None, metavar="N", help="--model: the sequence length")
-    p.add_argument("--tokens", type=float, default=None, metavar="N",
+    p.add_argument("--tokens", type=finite_float, default=None, metavar="N",
                    help="--model: the token budget to train (time-to-train); without it step time and throughput")
-    p.add_argument("--samples", type=float, default=None, metavar="N",
+    p.add_argument("--samples", type=finite_float, default=None, metavar="N",
                    help="training samples to reach the target (default: the RCP mean at the global batch)")
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
                    help="take samples to the target (and the global batch) from MLPerf result logs: "
@@ -104,7 +104,7 @@ def add_parser(sub, common) -> None:
     p.set_defaults(handler=cmd_plan, bench=None)
     p.register("action", "parsers", _VerbOrBenchmark)
     verbs = p.add_subparsers(dest="verb", metavar="BENCHMARK | validate | sweep | calibrate")
-    one = verbs.add_parser(_PLAN, parents=[common, opts])
+    one = verbs.add_parser(_PLAN, parents=[common, opts], prog=p.prog)  # errors name `plan`, not the internal verb
     one.add_argument("bench", help="benchmark (gpt3_175b, llama31_405b, llama31_8b, llama2_70b_lora)")
     one.set_defaults(handler=cmd_plan)
 
