@@ -97,6 +97,9 @@ class ParallelDims:
     pp_schedule: str = "1f1b"
     mesh: object = field(default=None, repr=False, compare=False)  # DeviceMesh once `build_mesh` ran
     tied_group: object = field(default=None, repr=False, compare=False)  # first + last pipeline stage
+    # the flattened meshes as `_flatten` returned them: slicing a flattened name from the root mesh is
+    # deprecated from torch 2.11 (a UserWarning on every run)
+    flat: dict = field(default_factory=dict, repr=False, compare=False)
     cp_attention: str = field(default=CP_ALLGATHER, compare=False)  # set by parallel.context.apply_cp
     cp_attention_why: str | None = field(default=None, repr=False, compare=False)  # why not the ring
 
@@ -143,8 +146,8 @@ class ParallelDims:
 
         mesh = init_device_mesh(device_type, self.mesh_shape, mesh_dim_names=MESH_DIMS)
         if self.cp > 1:
-            mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-        mesh["pp", "dp_replicate", "dp_shard", "cp"]._flatten("loss")
+            self.flat["dp_shard_cp"] = mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        self.flat["loss"] = mesh["pp", "dp_replicate", "dp_shard", "cp"]._flatten("loss")
         self.mesh = mesh
         if self.pp > 1:
             self.tied_group = self._tied_group()
@@ -241,8 +244,9 @@ class ParallelDims:
         """The sub-mesh FSDP2 shards over: dp_shard (x cp), and dp_replicate beside it for HSDP."""
         if self.mesh is None:
             return None
-        shard = "dp_shard_cp" if self.cp > 1 else "dp_shard"
-        return self.mesh["dp_replicate", shard] if self.dp_replicate > 1 else self.mesh[shard]
+        if self.dp_replicate > 1:  # a 2-D slice; with cp it still names the flattened dimension
+            return self.mesh["dp_replicate", "dp_shard_cp" if self.cp > 1 else "dp_shard"]
+        return self.flat["dp_shard_cp"] if self.cp > 1 else self.mesh["dp_shard"]
 
     @property
     def loss_group(self):
@@ -251,7 +255,7 @@ class ParallelDims:
         is the world."""
         if self.mesh is None or self.grad_ranks * self.pp == self.world_size:
             return None
-        return self.mesh["loss"].get_group()
+        return self.flat["loss"].get_group()
 
     @property
     def pp_group(self):
