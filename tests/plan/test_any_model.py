@@ -87,6 +87,22 @@ def test_a_head_size_apart_from_hidden_over_heads_is_priced(tmp_path):
     assert matmul_params(inline) == matmul_params(c) and inline.head_dim == 128
 
 
+def test_a_model_sweeps_like_a_benchmark(capsys, tmp_path):
+    """`plan sweep --model`: every point's throughput; time-to-train (and the plot) only for a budget."""
+    args = ["plan", "sweep", "--model", GPT3, "--gbs", "1536", "--gpu", "h100,b200", "--gpus", "512,1024"]
+    assert main([*args, "--json"]) == 0
+    pts = json.loads(capsys.readouterr().out)
+    one = make_plan(custom_workload(GPT3, gbs=1536), "h100", 1024, top=1, stack="pytorch").best.estimate
+    assert [(p["gpu"], p["gpus"]) for p in pts] == [("h100", 512), ("h100", 1024), ("b200", 512), ("b200", 1024)]
+    assert pts[1]["tokens_per_s_per_gpu"] == pytest.approx(one.tokens_per_s_per_gpu, rel=1e-3)
+    assert all(p["minutes"] is None and p["stack"] == "pytorch" and "evals" not in p for p in pts)
+    assert main([*args, "--tokens", "3e11", "--json"]) == 0
+    timed = json.loads(capsys.readouterr().out)
+    assert timed[1]["minutes"] == pytest.approx(3e11 / one.tokens_per_s / 60, rel=1e-3)
+    png = tmp_path / "s.png"
+    assert main([*args, "--tokens", "3e11", "--plot", str(png)]) == 0 and png.stat().st_size > 0
+
+
 def test_a_config_that_is_not_an_object_is_refused(tmp_path, capsys):
     p = tmp_path / "config.json"
     p.write_text("[1, 2]")

@@ -72,6 +72,30 @@ def _stack(args) -> str:
     return "pytorch" if ours else "megatron"
 
 
+def _model_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="M",
+                   help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
+                        "config.json, or layers=,d_model=,heads=,kv_heads=,head_dim=,ffn=,vocab=,seq=,family=gpt|llama")
+    p.add_argument("--seq-len", type=positive_int, default=None, metavar="N", help="--model: the sequence length")
+    p.add_argument("--tokens", type=finite_float, default=None, metavar="N",
+                   help="--model: the token budget to train (time-to-train); without it step time and throughput")
+
+
+def _workload(args):
+    """The benchmark named, or the --model (with --seq-len and the global batch); exactly one."""
+    from trainperf.plan.search import parse_layout
+    from trainperf.plan.workload import custom_workload
+
+    if args.bench and args.model:
+        raise UsageError(f"plan: give a benchmark ('{args.bench}') or --model, not both")
+    if not args.bench and not args.model:
+        raise UsageError("plan: name a benchmark or give --model (or: validate | sweep | calibrate)")
+    if args.bench and (args.seq_len is not None or args.tokens is not None):
+        raise UsageError("--seq-len/--tokens: an MLPerf benchmark's rules fix its sequence and target; use --model")
+    layout = parse_layout(args.layout) if getattr(args, "layout", None) else {}
+    return args.bench or custom_workload(args.model, args.seq_len, args.gbs or layout.get("gbs"))
+
+
 def _plan_opts() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     _cluster_opts(p)
@@ -80,12 +104,7 @@ def _plan_opts() -> argparse.ArgumentParser:
     p.add_argument("--layout", default=None, help="fix part of the layout: tp=,pp=,vpp=,dp=,cp=,mbs=,gbs=,recompute=,precision=")
     p.add_argument("--precision", choices=["fp16", "bf16", "fp8", "fp4"], default=None,
                    help="matmul format (default: the fastest the GPU has; fp16 at the 16-bit rate, as A100-era runs)")
-    p.add_argument("--model", default=None, metavar="M",
-                   help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
-                        "config.json, or layers=,d_model=,heads=,kv_heads=,ffn=,vocab=,seq=,family=gpt|llama")
-    p.add_argument("--seq-len", type=positive_int, default=None, metavar="N", help="--model: the sequence length")
-    p.add_argument("--tokens", type=finite_float, default=None, metavar="N",
-                   help="--model: the token budget to train (time-to-train); without it step time and throughput")
+    _model_opts(p)
     p.add_argument("--samples", type=finite_float, default=None, metavar="N",
                    help="training samples to reach the target (default: the RCP mean at the global batch)")
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
@@ -120,8 +139,9 @@ def add_parser(sub, common) -> None:
     v.set_defaults(handler=cmd_validate, stack="megatron")  # MLPerf's results ran on Megatron/NeMo
 
     s = verbs.add_parser("sweep", parents=[common], help="predict over GPU kinds and counts")
-    s.add_argument("bench", help="the benchmark")
+    s.add_argument("bench", nargs="?", default=None, help="the benchmark (or --model)")
     _cluster_opts(s, sweep=True)
+    _model_opts(s)
     s.add_argument("--plot", metavar="PNG", default=None, help="write scaling + breakdown figure")
     s.set_defaults(handler=cmd_sweep)
 
@@ -173,14 +193,8 @@ def cmd_plan(args) -> int:
     from trainperf.plan.api import make_plan, parse_gpu_count
     from trainperf.plan.cost import check
     from trainperf.plan.search import parse_layout
-    from trainperf.plan.workload import custom_workload
 
-    if args.model and args.bench:
-        raise UsageError(f"plan: give a benchmark ('{args.bench}') or --model, not both")
-    if not args.bench and not args.model:
-        raise UsageError("plan: name a benchmark or give --model (or: validate | sweep | calibrate)")
-    if args.bench and (args.seq_len is not None or args.tokens is not None):
-        raise UsageError("--seq-len/--tokens: an MLPerf benchmark's rules fix its sequence and target; use --model")
+    what = _workload(args)
     if not args.gpu or not args.gpus:
         raise UsageError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
     n = parse_gpu_count(args.gpus)
@@ -190,7 +204,6 @@ def cmd_plan(args) -> int:
     kw = dict(stack=_stack(args), network=args.network, layout=layout, gbs=args.gbs,
               precision=args.precision, calib=cal, top=args.top, convergence=_convergence(args),
               explore=args.explore, price=args.price, pue=args.pue)
-    what = args.bench or custom_workload(args.model, args.seq_len, args.gbs or (layout or {}).get("gbs"))
     plan = _run(lambda: make_plan(what, args.gpu, n, round_=args.round_, tokens=args.tokens, **kw))
     other = _run(lambda: make_plan(plan.bench, args.vs, n, round_=args.round_ and plan.bench.round,
                                    tokens=args.tokens, **kw)) if args.vs else None
@@ -269,20 +282,24 @@ def cmd_sweep(args) -> int:
 
     if not args.gpu or not args.gpus:
         raise UsageError("plan sweep: --gpu and --gpus are required (e.g. --gpu h100,h200 --gpus 64..4096)")
+    what = _workload(args)
     kinds = [g.strip() for g in args.gpu.split(",") if g.strip()]
     counts = parse_gpus(args.gpus)
     cal, _ = _calibration(args)
     check(args.price, args.pue)
-    points = sweep(args.bench, kinds, counts, network=args.network, calib=cal, gbs=args.gbs, round_=args.round_,
-                   explore=args.explore, price=args.price, pue=args.pue, stack=_stack(args))
+    if args.plot and args.model and args.tokens is None:
+        raise UsageError("--plot: a model's time-to-train needs a token budget (--tokens N)")
+    points = sweep(what, kinds, counts, network=args.network, calib=cal, gbs=args.gbs, round_=args.round_,
+                   explore=args.explore, price=args.price, pue=args.pue, stack=_stack(args), tokens=args.tokens)
+    name = args.bench or what.name
     if args.plot:
         if not any(p.prediction for p in points):
             raise RunError("plan sweep: no point has a layout that fits; nothing to plot")
         from trainperf.plan.plot import plot_sweep
 
-        plot_sweep(points, args.bench, args.plot, cost_panel=True)
+        plot_sweep(points, name, args.plot, cost_panel=True)
     if args.json:
         print(json.dumps([p.to_dict() for p in points], indent=1))
     else:
-        view.print_sweep(args.bench, points, args.plot)
+        view.print_sweep(name, points, args.plot)
     return 0

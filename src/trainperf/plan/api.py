@@ -95,25 +95,30 @@ class Plan:
     def _model_dict(self, d: dict) -> dict:
         """A model that is not a benchmark: no rules, RCPs or evaluations; time-to-train only for a
         token budget."""
-        for k in ("mlperf_benchmark", "round", "rcp_ruleset", "gbs_in_rcp_range", "convergence", "software_trend",
-                  "formats_published", "evidence", "evals", "eval_min", "overhead_min", "samples_to_target"):
+        for k in NO_RULES:
             d.pop(k, None)
         d["model"] = d.pop("benchmark")
         d["tokens"] = self.tokens
         d["model_shape"] = model_shape(self.bench.model)
         if self.tokens is None:
-            for k in ("minutes", "minutes_p10", "minutes_p50", "minutes_p90", "interval", "steps", "train_min", "cost"):
+            for k in (*UNTIMED, "cost"):
                 d[k] = None
             for x in d["layouts"]:
-                for k in ("minutes", "minutes_p10", "minutes_p50", "minutes_p90", "steps", "train_min"):
-                    x[k] = None
+                x.update(dict.fromkeys(UNTIMED))
         return d
+
+
+# what a model without a token budget has no figure for: it is priced one step at a time
+UNTIMED = ("minutes", "minutes_p10", "minutes_p50", "minutes_p90", "interval", "steps", "train_min")
+# what only an MLPerf benchmark has: rules, RCPs, evaluations, published evidence
+NO_RULES = ("mlperf_benchmark", "round", "rcp_ruleset", "gbs_in_rcp_range", "convergence", "software_trend",
+            "formats_published", "evidence", "evals", "eval_min", "overhead_min", "samples_to_target")
 
 
 def model_shape(c) -> dict:
     """The shape a plan priced, in the inline grammar's names."""
     return {"family": c.family, "layers": c.n_layer, "d_model": c.d_model, "heads": c.n_head,
-            "kv_heads": c.kv_heads, "ffn": c.ff_dim, "vocab": c.vocab_size, "seq": c.seq_len,
+            "kv_heads": c.kv_heads, "head_dim": c.head_dim, "ffn": c.ff_dim, "vocab": c.vocab_size, "seq": c.seq_len,
             "gated_mlp": c.gated, "tied_embeddings": c.tie_embeddings}
 
 
@@ -319,28 +324,36 @@ class SweepPoint:
     round: str = ""
     cost: Cost | None = None
     stack: str = "megatron"
+    timed: bool = True  # False: a model without a token budget (`UNTIMED`)
+    benchmark: bool = True  # False: a model under no MLPerf rules (`NO_RULES`)
 
     def to_dict(self) -> dict:
         """One point of `plan sweep --json`."""
-        return {"gpu": self.gpu, "gpus": self.n_gpus, "round": self.round, "stack": self.stack,
-                **(self.prediction.to_dict() if self.prediction else {}),
-                **({"cost": self.cost.to_dict()} if self.cost else {}),
-                **({"error": self.reason} if not self.prediction else {})}
+        d = {"gpu": self.gpu, "gpus": self.n_gpus, "round": self.round, "stack": self.stack,
+             **(self.prediction.to_dict() if self.prediction else {}),
+             **({"cost": self.cost.to_dict()} if self.cost and self.timed else {}),
+             **({"error": self.reason} if not self.prediction else {})}
+        if not self.benchmark:
+            d = {k: v for k, v in d.items() if k not in NO_RULES}
+        return d if self.timed or not self.prediction else {**d, **dict.fromkeys(UNTIMED)}
 
 
-def sweep(bench: str, gpus: list[str], counts: list[int], network: str | None = None,
+def sweep(bench: str | Benchmark, gpus: list[str], counts: list[int], network: str | None = None,
           calib: Calibration | None = None, gbs: int | None = None, round_: str | None = None,
           explore: bool = False, price: float | None = None, pue: float | None = None,
-          stack: str = "megatron") -> list[SweepPoint]:
-    b = load_benchmark(bench, round_)
+          stack: str = "megatron", tokens: float | None = None) -> list[SweepPoint]:
+    """`make_plan`'s best layout at every GPU kind and count; a point where none fits says why."""
+    b = _benchmark(bench, round_)
     cal = calib or load_calibration()
+    timed = b.is_mlperf or tokens is not None
     out = []
     for g in gpus:
         for n in counts:
             try:
                 p = make_plan(b, g, n, network=network, calib=cal, top=1, gbs=gbs, explore=explore, price=price,
-                              pue=pue, stack=stack)
-                out.append(SweepPoint(g, n, p.best, round=b.round, cost=p.cost, stack=stack))
+                              pue=pue, stack=stack, round_=round_, tokens=tokens)
+                out.append(SweepPoint(g, n, p.best, round=b.round, cost=p.cost, stack=stack, timed=timed,
+                                      benchmark=b.is_mlperf))
             except PlanError as e:
-                out.append(SweepPoint(g, n, None, str(e), round=b.round, stack=stack))
+                out.append(SweepPoint(g, n, None, str(e), round=b.round, stack=stack, benchmark=b.is_mlperf))
     return out

@@ -399,17 +399,20 @@ def print_sweep(bench, points, plot) -> None:
     c = _console()
     rnd = next((p.round for p in points), "")
     stack = next((p.stack for p in points), "")
-    t = Table(title=f"{bench}: predicted time-to-train on the {stack} stack (rules of MLPerf round {rnd})")
-    for col in ("gpu", "GPUs", "minutes", "p10-p90", "step s", "MFU", "layout"):
-        t.add_column(col, justify="right" if col in ("GPUs", "minutes", "p10-p90", "step s", "MFU") else "left")
+    rules = f"rules of MLPerf round {rnd}" if rnd else "no MLPerf rules: a token budget, or throughput alone"
+    t = Table(title=f"{bench}: predicted time-to-train on the {stack} stack ({rules})")
+    numeric = ("GPUs", "minutes", "p10-p90", "step s", "tokens/s/GPU", "MFU")
+    for col in ("gpu", *numeric, "layout"):
+        t.add_column(col, justify="right" if col in numeric else "left")
     for p in points:
         if p.prediction is None:
-            t.add_row(p.gpu, str(p.n_gpus), "-", "-", "-", "-", p.reason[:70])
-        else:
-            e = p.prediction.estimate
-            t.add_row(p.gpu, str(p.n_gpus), f"{e.minutes:.2f}", f"{p.prediction.minutes_p10:.2f}-{p.prediction.minutes_p90:.2f}",
-                      f"{e.step_time_s:.3f}", f"{100 * e.mfu:.1f}%",
-                      e.layout.short())
+            t.add_row(p.gpu, str(p.n_gpus), "-", "-", "-", "-", "-", p.reason[:70])
+            continue
+        e, pr = p.prediction.estimate, p.prediction
+        timed = p.timed
+        t.add_row(p.gpu, str(p.n_gpus), f"{e.minutes:.2f}" if timed else "-",
+                  f"{pr.minutes_p10:.2f}-{pr.minutes_p90:.2f}" if timed else "-", f"{e.step_time_s:.3f}",
+                  f"{e.tokens_per_s_per_gpu:,.0f}", f"{100 * e.mfu:.1f}%", e.layout.short())
     c.print(t)
     if plot:
         c.print(f"wrote {plot}")
