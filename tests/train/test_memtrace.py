@@ -44,6 +44,9 @@ KINDS = {
     "fsdp+pp interleaved": (8, ["model.n_layer=8", "parallel.pp=2", "parallel.vpp=2",
                                 "parallel.pp_schedule=interleaved_1f1b", "train.global_batch_size=16"]),
     "fsdp+cp": (8, ["parallel.cp=2"]),
+    # heads twice d_model / n_head wide (Qwen 3 32B's 64 x 128 on 5120): q and the attention output
+    # are 2 x d_model, as the planner must count them
+    "fsdp+tp, wide heads": (8, ["parallel.tp=2", "model.head_size=256"]),
     "lora+tp+cp": (8, ["parallel.tp=2", "parallel.cp=2", "model.lora_rank=16"]),
     "fsdp+recompute": (8, ["parallel.activation_checkpoint=full"]),
     "fsdp, Llama 3's vocabulary (chunked loss)": (8, ["model.vocab_size=128256"]),

@@ -10,7 +10,9 @@ tensor parallelism, `F` = the FSDP shard count (1 without FSDP), `w` = bytes of 
 parameter (2 under bf16 mixed precision, else 4):
 
   weights      4·P/F: the fp32 sharded parameters (frozen LoRA base included: the trainer builds it
-               in fp32 like the rest)
+               in fp32 like the rest), and each model part's own position buffers, whole: the RoPE
+               table (fp32 cos and sin, 8·head_dim bytes per position) and the positions (int64),
+               over the s/cp positions of the rank (134 MB a part at 131,072 tokens and head_dim 128)
   grads        4·T/F: the fp32 sharded gradients the optimizer reads
   optimizer    8·T/F: AdamW's two fp32 moments (Muon: 4 bytes of momentum on the blocks' matrices)
   accumulation 4·T: gradients kept whole (fp32) between micro-batches: where FSDP2's gradient sync
@@ -181,6 +183,7 @@ class _Stage:
     gathered: float
     logits: float
     reducing: float
+    buffers: float  # the model parts' position buffers (RoPE table, positions), whole on every rank
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ class ShapeMemory:
                     acc = 0.0
             # a pipeline's stage keeps all its parameters gathered once its backward ran (in `accumulation`)
             gathered = 0.0 if mode == "pipeline" and acc else st.gathered
-            m = StackMemory(weights=4 * P / F, grads=4 * T / F, optimizer=st.optimizer / F, accumulation=acc,
+            m = StackMemory(weights=4 * P / F + st.buffers, grads=4 * T / F, optimizer=st.optimizer / F, accumulation=acc,
                             gathered=gathered, activations=acts, logits=st.logits, accumulation_mode=mode,
                             reducing=st.reducing, grads_at_peak=accum > 1 and mode in ("reduce-scatter", "local"))
             if best is None or m.total > best.total:
@@ -282,6 +285,8 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
     # a recomputed block's backward first rebuilds its forward: one layer's whole activations, once
     rebuilt = layer_activations(cfg, tp=tp, cp=cp, mbs=mbs, recompute="none", w=w) - act_layer
     s_loc = cfg.seq_len // cp
+    parts = vpp if pp > 1 else 1  # a pipeline rank holds one model part per virtual stage
+    buffers = parts * 8 * s_loc * ((cfg.head_dim if cfg.family == "llama" else 0) + 1)
     kinds: dict[tuple[int, bool, bool], list[int]] = {}
     for p in range(pp):
         kinds.setdefault((layers[p], p == 0, p == pp - 1), []).append(p)
@@ -299,7 +304,7 @@ def shape_memory(cfg: ModelConfig, *, tp: int = 1, pp: int = 1, vpp: int = 1, cp
             rebuilt=rebuilt if n_layers else 0.0,
             gathered=w * (2 * blk + root) / tp if F > 1 else 0.0,
             logits=_loss_bytes(cfg, mbs * s_loc, tp, pp, w) if last else 0.0,
-            reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0))
+            reducing=((w + 4 if w == 2 else 4) + w) * blk / tp if F > 1 else 0.0, buffers=buffers))
     return ShapeMemory(tuple(stages), fsdp, F, w, dp, mbs, pp, vpp, schedule)
 
 
