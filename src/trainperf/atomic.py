@@ -7,7 +7,8 @@ temporary names start with '.' and are unique per process, so concurrent writers
 share one. An OSError on the way (disk full, permission) comes out as a `FileError` naming the final
 file, not the temporary one.
 
-It also states the rule for every output folder a user names (`--out`): `check_out` and `mark_out`.
+It also states the rule for every output folder a user names (`--out`): `check_out` and `mark_out`;
+and reads a JSON object back with a one-line error (`read_json_object`).
 This module imports only the standard library and `trainperf.errors` (a leaf).
 """
 
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from trainperf.errors import FileError, OutError, describe_os_error, file_error
+from trainperf.errors import FileError, OutError, TrainperfError, describe_os_error, file_error
 
 
 def temp_name(path: Path, suffix: str = ".tmp") -> Path:
@@ -92,6 +93,21 @@ def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> P
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Path:
     """Write `obj` as JSON (with a final newline) to `path` atomically."""
     return write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def read_json_object(path: str | os.PathLike, error: type[TrainperfError]) -> dict:
+    """The JSON object in `path` (a summary, a config), or `error` in one line naming the file:
+    missing, unreadable, not JSON, or JSON that is not an object."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: expected a JSON object, not a JSON {type(raw).__name__}")
+    return raw
 
 
 @contextmanager

@@ -108,7 +108,7 @@ def test_a_config_that_is_not_an_object_is_refused(tmp_path, capsys):
     p.write_text("[1, 2]")
     assert main(["plan", "--model", str(p), "--gpu", "h100", "--gpus", "8", "--gbs", "8"]) == 2
     err = capsys.readouterr().err
-    assert "not a config object (a JSON list)" in err and err.count("\n") == 1
+    assert "expected a JSON object, not a JSON list" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("spec,msg", [

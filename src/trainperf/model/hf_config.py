@@ -10,28 +10,12 @@ and Qwen2 configs are priced as the Llama blocks they are, their q/k/v biases as
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from trainperf.config import ModelConfig
 from trainperf.errors import TrainperfError
 
 LLAMA_TYPES = ("llama", "qwen3", "mistral", "qwen2")  # Llama's blocks: RMSNorm, SwiGLU, RoPE
 EXACT_TYPES = ("llama", "qwen3", "gpt2")  # what trainperf loads weights from and computes alike
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-
-
-def read_config_json(file: Path, error: type[TrainperfError]) -> dict:
-    """The object in `file`, or `error` in one line."""
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(f"{file}: not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise error(f"{file}: not readable JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise error(f"{file}: not a config object (a JSON {type(raw).__name__})")
-    return raw
 
 
 def rope_of(raw: dict) -> tuple[float, str, dict]:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainperf.atomic import read_json_object
 from trainperf.errors import RunDirError
 from trainperf.mlperf.score import read_log
 
@@ -100,18 +101,6 @@ class RunData:
         return out
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunDirError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunDirError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise RunDirError(f"{path}: expected a JSON object")
-    return raw
-
-
 def _read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         raise RunDirError(f"{path}: missing; not a trainperf run directory (no metrics)")
@@ -157,7 +146,7 @@ def _load_attempts(path: Path, seed) -> list[Attempt]:
         metrics = d / "metrics.jsonl"
         rows = _read_metrics(metrics) if metrics.is_file() else []
         _check_rows(rows, metrics)
-        info = _read_json(d / "attempt.json") if (d / "attempt.json").is_file() else {}
+        info = read_json_object(d / "attempt.json", RunDirError) if (d / "attempt.json").is_file() else {}
         logs = sorted(d.glob(f"result_{seed}.txt" if seed is not None else "result_*.txt"))
         out.append(Attempt(number=n, train=[r for r in rows if r["kind"] == "train"],
                            evals=[r for r in rows if r["kind"] == "eval"], started_from_step=started,
@@ -181,11 +170,11 @@ def load_run(path: str | Path) -> RunData:
         n_evals = sum(r["kind"] == "eval" for r in rows)
         raise RunDirError(f"{path / 'summary.json'}: missing; the run is half-written (still running or "
                           f"stopped early: metrics.jsonl has {len(rows)} rows, {n_evals} evals, no 'end' row)")
-    summary = _read_json(path / "summary.json")
+    summary = read_json_object(path / "summary.json", RunDirError)
     for key in ("benchmark", "status", "time_to_train_s"):
         if key not in summary:
             raise RunDirError(f"{path / 'summary.json'}: lacks '{key}'")
-    config = _read_json(path / "config.json") if (path / "config.json").exists() else {}
+    config = read_json_object(path / "config.json", RunDirError) if (path / "config.json").exists() else {}
     start = next((r for r in rows if r["kind"] == "start"), {})
     seed = summary.get("seed")
     log = path / f"result_{seed}.txt"
