@@ -8,7 +8,7 @@ share one. An OSError on the way (disk full, permission) comes out as a `FileErr
 file, not the temporary one.
 
 It also states the rule for every output folder a user names (`--out`): `check_out` and `mark_out`;
-and reads a JSON object back with a one-line error (`read_json_object`).
+and reads a JSON object back with a one-line error (`read_json`).
 This module imports only the standard library and `trainperf.errors` (a leaf).
 """
 
@@ -95,9 +95,9 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Pat
     return write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
-def read_json_object(path: str | os.PathLike, error: type[TrainperfError]) -> dict:
-    """The JSON object in `path` (a summary, a config), or `error` in one line naming the file:
-    missing, unreadable, not JSON, or JSON that is not an object."""
+def read_json(path: str | os.PathLike, error: type[TrainperfError], object_only: bool = True) -> Any:
+    """The JSON in `path` (a summary, a config, a plan), or `error` in one line naming the file:
+    missing, unreadable, not JSON, or (`object_only`) JSON that is not an object."""
     path = Path(path)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -105,7 +105,7 @@ def read_json_object(path: str | os.PathLike, error: type[TrainperfError]) -> di
         raise error(f"{path}: missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise error(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(raw, dict):
+    if object_only and not isinstance(raw, dict):
         raise error(f"{path}: expected a JSON object, not a JSON {type(raw).__name__}")
     return raw
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from trainperf.atomic import read_json_object
+from trainperf.atomic import read_json
 from trainperf.config import ModelConfig
 from trainperf.errors import WeightsError
 from trainperf.model.hf_config import hf_model_config
@@ -222,7 +222,7 @@ def read_hf_config(path: str | Path) -> tuple[ModelConfig, list[str]]:
     file = Path(path) / "config.json"
     if not file.is_file():
         raise WeightsError(f"{file}: not found (not a Hugging Face checkpoint folder)")
-    return hf_model_config(read_json_object(file, WeightsError), str(file), WeightsError, exact=True)
+    return hf_model_config(read_json(file, WeightsError), str(file), WeightsError, exact=True)
 
 
 class HFTensors:

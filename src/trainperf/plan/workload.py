@@ -215,11 +215,11 @@ def parse_inline(text: str) -> ModelConfig:
 def parse_hf_config(path: Path) -> ModelConfig:
     """A Hugging Face config.json, read as the trainer reads it (`model.hf_config`), refusing only
     what changes the price."""
-    from trainperf.atomic import read_json_object
+    from trainperf.atomic import read_json
     from trainperf.model.hf_config import hf_model_config
 
     where = f"--model {path}"
-    cfg, _ = hf_model_config(read_json_object(path, ConfigError), where, ConfigError, exact=False)
+    cfg, _ = hf_model_config(read_json(path, ConfigError), where, ConfigError, exact=False)
     check_model(cfg, where)
     return cfg
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainperf.atomic import read_json_object
+from trainperf.atomic import read_json
 from trainperf.errors import RunDirError
 from trainperf.mlperf.score import read_log
 
@@ -146,7 +146,7 @@ def _load_attempts(path: Path, seed) -> list[Attempt]:
         metrics = d / "metrics.jsonl"
         rows = _read_metrics(metrics) if metrics.is_file() else []
         _check_rows(rows, metrics)
-        info = read_json_object(d / "attempt.json", RunDirError) if (d / "attempt.json").is_file() else {}
+        info = read_json(d / "attempt.json", RunDirError) if (d / "attempt.json").is_file() else {}
         logs = sorted(d.glob(f"result_{seed}.txt" if seed is not None else "result_*.txt"))
         out.append(Attempt(number=n, train=[r for r in rows if r["kind"] == "train"],
                            evals=[r for r in rows if r["kind"] == "eval"], started_from_step=started,
@@ -170,11 +170,11 @@ def load_run(path: str | Path) -> RunData:
         n_evals = sum(r["kind"] == "eval" for r in rows)
         raise RunDirError(f"{path / 'summary.json'}: missing; the run is half-written (still running or "
                           f"stopped early: metrics.jsonl has {len(rows)} rows, {n_evals} evals, no 'end' row)")
-    summary = read_json_object(path / "summary.json", RunDirError)
+    summary = read_json(path / "summary.json", RunDirError)
     for key in ("benchmark", "status", "time_to_train_s"):
         if key not in summary:
             raise RunDirError(f"{path / 'summary.json'}: lacks '{key}'")
-    config = read_json_object(path / "config.json", RunDirError) if (path / "config.json").exists() else {}
+    config = read_json(path / "config.json", RunDirError) if (path / "config.json").exists() else {}
     start = next((r for r in rows if r["kind"] == "start"), {})
     seed = summary.get("seed")
     log = path / f"result_{seed}.txt"

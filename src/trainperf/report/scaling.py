@@ -9,12 +9,12 @@ object, with its `vs` plan; or such lists nested under keys, where a key may nam
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import trainperf
+from trainperf.atomic import read_json
 from trainperf.errors import PlanError
 
 
@@ -74,12 +74,7 @@ def _walk(obj, gpu_hint: str | None, bench_hint: str | None, out: list[tuple[str
 def load_plan(path: str | Path) -> tuple[str | None, list[Point]]:
     """(benchmark named in the file or None, predicted points) from `trainperf plan ... --json` output."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlanError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PlanError(f"{path}: not readable JSON ({e})") from None
+    raw = read_json(path, PlanError, object_only=False)  # a sweep is a list of points
     found: list[tuple[str | None, Point]] = []
     _walk(raw, None, None, found)
     if not found:
