@@ -203,6 +203,24 @@ def test_the_search_never_leaves_a_stage_empty():
         assert -(-96 // (L.pp * L.vpp)) * (L.pp * L.vpp - 1) < 96
 
 
+def test_126_layers_split_over_16_stages_count_the_embedding_and_loss():
+    """Llama 3 405B's 126 layers do not divide over pp 16 x vpp 8, 128 slots do: the first and last
+    stage hold one layer fewer beside the embedding and the loss (as the trainer splits them), and
+    the interleaved layout is priced rather than refused as leaving a stage empty."""
+    from trainperf.plan.perf import Layout, Model
+
+    b = custom_workload("layers=126,d_model=16384,heads=128,kv_heads=8,ffn=53248,vocab=128256,seq=8192", gbs=2048)
+    p = make_plan(b, "h100", 16384, layout={"tp": 8, "pp": 16, "vpp": 8, "mbs": 1}, precision="bf16",
+                  stack="megatron", top=1)
+    m = Model(b, p.cluster, p.calibration, samples=2048, stack="megatron")
+    lay = Layout(tp=8, pp=16, dp=128, cp=1, vpp=8, mbs=1, gbs=2048, recompute="selective", precision="bf16")
+    assert m.pipeline_slots(16, 8) == 128 and m.stage_layers(lay) == 8 and not m.empty_stage(16, 8)
+    assert p.best.layout.vpp == 8
+    assert m.pipeline_slots(16, 2) == 128 and m.pipeline_slots(8, 3) == 126  # 126 = 8 x 3 x 5.25: no help from +2
+    gpt3 = Model(custom_workload(GPT3, gbs=1536), p.cluster, p.calibration, samples=1536, stack="megatron")
+    assert gpt3.pipeline_slots(8, 12) == 96 and gpt3.empty_stage(35)  # 96 or 98 over 35 stages: refused
+
+
 def test_a_model_plan_is_fast():
     """Under a second of CPU (the shared test machine's wall clock varies with its load)."""
     import time

@@ -369,22 +369,31 @@ class Model:
     def stage_layers(self, lay: Layout) -> int:
         """Layers on the busiest pipeline rank (uneven splits put the extra layers somewhere). When
         the split counts the embedding and the loss as a layer each, a middle rank holds the most."""
-        return math.ceil(self.pipeline_slots(lay.pp) / (lay.pp * lay.vpp)) * lay.vpp
+        return math.ceil(self.pipeline_slots(lay.pp, lay.vpp) / (lay.pp * lay.vpp)) * lay.vpp
 
-    def pipeline_slots(self, pp: int) -> int:
+    def pipeline_slots(self, pp: int, vpp: int = 1) -> int:
         """Layer slots the pipeline split divides: the layers, plus one each for the embedding and
-        the output layer + loss where the split counts them (and there is a pipeline)."""
-        return self.cfg.n_layer + (2 if self.b.pp_split_counts_embedding_and_loss and pp > 1 else 0)
+        the output layer + loss where the split counts them (and there is a pipeline). A benchmark
+        counts them where its submissions did; a model's own layout does where that, and not the
+        plain count, divides evenly over the pp·vpp stages (126 layers over 16 x 4: Llama 3 405B's
+        first and last stage one layer short, Megatron's account-for-embedding/loss options, and
+        the trainer's own split, `parallel.dims.stage_layers`)."""
+        L, stages = self.cfg.n_layer, pp * vpp
+        if pp == 1:
+            return L
+        if self.b.pp_split_counts_embedding_and_loss:
+            return L + 2
+        return L + 2 if not self.b.is_mlperf and L % stages and (L + 2) % stages == 0 else L
 
     def _asym(self, lay: Layout) -> bool:
-        return self.pipeline_slots(lay.pp) > self.cfg.n_layer
+        return self.pipeline_slots(lay.pp, lay.vpp) > self.cfg.n_layer
 
     def empty_stage(self, pp: int, vpp: int = 1) -> bool:
         """Whether splitting the layers over pp·vpp (virtual) stages, ceil(slots / (pp·vpp)) each,
         leaves the last stage with no layer (pp=35 on 96 layers: 3 each fill 32 stages)."""
         if pp * vpp <= 1:
             return False
-        slots = self.pipeline_slots(pp)
+        slots = self.pipeline_slots(pp, vpp)
         return math.ceil(slots / (pp * vpp)) * (pp * vpp - 1) >= slots
 
     def _slowest_stage(self, lay: Layout, ly: LayerCost, hf: float, hb: float) -> tuple[int, bool]:
