@@ -40,9 +40,11 @@ class _Reader:
         if not ok and (cost or self.exact):
             raise self.fail(key, why)
 
-    def int(self, key: str, default: int | None) -> int:
+    def int(self, key: str, default: int, null_is_default: bool = False) -> int:
+        """`key` as a positive integer, `default` where it is absent (or null, where the HF class
+        reads null so: num_key_value_heads, n_inner, head_dim)."""
         v = self.raw.get(key, default)
-        if v is None and default is not None:
+        if v is None and null_is_default:
             v = default
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise self.fail(key, "must be a positive integer")
@@ -75,7 +77,7 @@ def hf_model_config(raw: dict, where: str, error: type[TrainperfError],
 def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
     raw, notes = r.raw, []
     d, n_head = r.int("hidden_size", 4096), r.int("num_attention_heads", 32)
-    head = r.int("head_dim", 0) if raw.get("head_dim") is not None else 0
+    head = r.int("head_dim", 0) if raw.get("head_dim") is not None else 0  # null or absent: hidden / heads
     r.need("num_attention_heads", head or d % n_head == 0, f"does not divide hidden_size={d}", cost=True)
     window_key = "use_sliding_window" if "use_sliding_window" in raw else "sliding_window"
     windowed = raw.get("use_sliding_window", kind == "mistral") and raw.get("sliding_window") is not None
@@ -104,7 +106,7 @@ def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
         notes.append(f"{r.where}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
                      "its logits differ from transformers' (most at long distances)")
     cfg = ModelConfig(family="llama", n_layer=r.int("num_hidden_layers", 32), d_model=d, n_head=n_head,
-                      n_kv_head=r.int("num_key_value_heads", n_head),
+                      n_kv_head=r.int("num_key_value_heads", n_head, null_is_default=True),
                       head_size=0 if head == d // n_head else head, d_ff=r.int("intermediate_size", 11008),
                       vocab_size=r.int("vocab_size", 32000), seq_len=r.int("max_position_embeddings", 2048),
                       norm_eps=r.number("rms_norm_eps", 1e-6), rope_theta=theta, **scaling,
@@ -126,7 +128,7 @@ def _gpt2(r: _Reader) -> ModelConfig:
            "trainperf does not scale attention by layer")
     r.need("add_cross_attention", not raw.get("add_cross_attention", False), "trainperf is decoder-only", cost=True)
     return ModelConfig(family="gpt", n_layer=r.int("n_layer", 12), d_model=d, n_head=n_head,
-                       n_kv_head=n_head, d_ff=r.int("n_inner", 4 * d),
+                       n_kv_head=n_head, d_ff=r.int("n_inner", 4 * d, null_is_default=True),
                        vocab_size=r.int("vocab_size", 50257), seq_len=r.int("n_positions", 1024),
                        norm_eps=r.number("layer_norm_epsilon", 1e-5),
                        tie_embeddings=bool(raw.get("tie_word_embeddings", True)), bias=True)
