@@ -218,6 +218,8 @@ def test_126_layers_split_over_16_stages_count_the_embedding_and_loss():
     lay = Layout(tp=8, pp=16, dp=128, cp=1, vpp=8, mbs=1, gbs=2048, recompute="selective", precision="bf16")
     assert m.pipeline_slots(16, 8) == 128 and m.stage_layers(lay) == 8 and not m.empty_stage(16, 8)
     assert p.best.layout.vpp == 8
+    with pytest.raises(ConfigError, match="exceeds the 126 layers"):  # trainperf's trainer: a layer a stage
+        make_plan(b, "h100", 16384, layout={"tp": 8, "pp": 16, "vpp": 8, "mbs": 1}, stack="pytorch")
     assert m.pipeline_slots(16, 2) == 128 and m.pipeline_slots(8, 3) == 126  # 126 = 8 x 3 x 5.25: no help from +2
     gpt3 = Model(custom_workload(GPT3, gbs=1536), p.cluster, p.calibration, samples=1536, stack="megatron")
     assert gpt3.pipeline_slots(8, 12) == 96 and gpt3.empty_stage(35)  # 96 or 98 over 35 stages: refused

@@ -385,6 +385,12 @@ class Model:
             return L + 2
         return L + 2 if not self.b.is_mlperf and L % stages and (L + 2) % stages == 0 else L
 
+    def max_stages(self, pp: int, vpp: int) -> int:
+        """The most (virtual) pipeline stages the stack's split may have: trainperf's trainer gives
+        every stage a transformer layer (`parallel.dims.check_pipeline`); Megatron may give the
+        embedding and the loss a stage each (Llama 3 405B: 126 layers over 16 x 8)."""
+        return self.cfg.n_layer if self.stack.trainer_memory else self.pipeline_slots(pp, vpp)
+
     def _asym(self, lay: Layout) -> bool:
         return self.pipeline_slots(lay.pp, lay.vpp) > self.cfg.n_layer
 

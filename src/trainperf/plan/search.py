@@ -63,7 +63,9 @@ def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
                 dp = n_gpus // (tp * cp * pp)
                 if "dp" in fix and fix["dp"] != dp:
                     continue
-                vpps = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8, 12) if pp * v <= model.pipeline_slots(pp, v)]
+                # a benchmark's layouts stay ones trainperf's trainer runs (`plan --emit-run`, `run --layout`)
+                most = (lambda v: c.n_layer) if model.b.is_mlperf else (lambda v: model.max_stages(pp, v))
+                vpps = [1] if pp == 1 else [v for v in (1, 2, 3, 4, 6, 8, 12) if pp * v <= most(v)]
                 for vpp in vpps if "vpp" not in fix else [fix["vpp"]]:
                     if model.empty_stage(pp, vpp):
                         continue
@@ -144,7 +146,7 @@ def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
     if c.n_head % tp or c.kv_heads % tp:
         raise ConfigError(f"--layout: tp={tp} does not divide the {c.n_head} heads / {c.kv_heads} KV heads")
     vpp = fix.get("vpp", 1)
-    if pp * vpp > model.pipeline_slots(pp, vpp):
+    if pp * vpp > model.max_stages(pp, vpp):
         raise ConfigError(f"--layout: pp={pp}{f' x vpp={vpp}' if vpp > 1 else ''} exceeds the {c.n_layer} layers")
     if model.empty_stage(pp, vpp):
         per = math.ceil(c.n_layer / (pp * vpp))
