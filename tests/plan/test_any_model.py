@@ -105,6 +105,12 @@ def test_a_model_sweeps_like_a_benchmark(capsys, tmp_path):
     assert main([*args, "--tokens", "3e11", "--plot", str(png)]) == 0 and png.stat().st_size > 0
 
 
+def test_vs_without_a_budget_compares_steps_not_minutes(capsys):
+    assert main(["plan", "--model", GPT3, "--gbs", "1536", "--gpu", "h100", "--gpus", "1024", "--vs", "b200"]) == 0
+    out = capsys.readouterr().out
+    assert "s a step" in out and "tokens/s per GPU vs" in out and "GPU-hours" not in out
+
+
 def test_a_config_that_is_not_an_object_is_refused(tmp_path, capsys):
     p = tmp_path / "config.json"
     p.write_text("[1, 2]")

@@ -265,6 +265,13 @@ def print_vs(a, b) -> None:
     sp = b.best.minutes / a.best.minutes
     from trainperf.plan.api import speedup_factors
 
+    if not a.bench.is_mlperf and a.tokens is None:  # a model priced a step at a time: no time-to-train
+        ea, eb = a.best.estimate, b.best.estimate
+        c.print(f"\n[bold]{a.cluster.gpu.key}[/] {ea.step_time_s:.3f} s a step, {ea.tokens_per_s_per_gpu:,.0f} tokens/s "
+                f"per GPU vs [bold]{b.cluster.gpu.key}[/] {eb.step_time_s:.3f} s, {eb.tokens_per_s_per_gpu:,.0f} "
+                f"({b.best.layout.short()}): speed-up of {a.cluster.gpu.key} over {b.cluster.gpu.key} = "
+                f"[bold]{sp:.2f}x[/]")
+        return
     f = speedup_factors(a.best.estimate, b.best.estimate)
     c.print(f"\n[bold]{a.cluster.gpu.key}[/] {a.best.minutes:.3f} min vs [bold]{b.cluster.gpu.key}[/] "
             f"{b.best.minutes:.3f} min ({b.best.layout.short()}): "
