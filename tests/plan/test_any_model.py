@@ -56,6 +56,7 @@ LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_head
     ({"model_type": "mixtral", "num_local_experts": 8}, "num_local_experts=8: a mixture of experts"),
     ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size='4096': must be a positive integer"),
     ({"model_type": "llama", "vocab_size": None}, "vocab_size=None: must be a positive integer"),
+    ({"model_type": "llama", "rope_theta": "big"}, "rope_theta must be a number, rope_scaling and rope_parameters mappings"),
     ({"model_type": "llama", "num_key_value_heads": None, "num_attention_heads": 8}, None),  # null: every head
     ({"model_type": "llama", "num_key_value_heads": 5}, "num_key_value_heads=5: does not divide"),
 ])

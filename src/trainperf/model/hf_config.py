@@ -84,15 +84,17 @@ def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
     r.need(window_key, not windowed, "trainperf attends over the whole causal context", cost=True)
     r.need("hidden_act", raw.get("hidden_act", "silu") == "silu", "trainperf's llama MLP is SwiGLU (silu)")
     bias = bool(raw.get("attention_bias", False))
-    if kind == "qwen2":  # q, k and v carry biases, o does not: no key states it
-        r.need("model_type", False, "Qwen2's q/k/v biases beside a bias-free o and MLP: trainperf has one model.bias")
+    if kind == "qwen2":  # only priced (not in EXACT_TYPES): its q/k/v biases, which no key states, are left out
         bias = False
     if kind == "qwen3":
         r.need("attention_bias", not bias, "trainperf has one model.bias for attention and MLP, and Qwen3's MLP "
                "has none")
     r.need("mlp_bias", bool(raw.get("mlp_bias", False)) == bias,
            f"trainperf has one model.bias for attention and MLP (attention_bias={bias})")
-    theta, rope_type, rp = rope_of(raw)
+    try:
+        theta, rope_type, rp = rope_of(raw)
+    except (AttributeError, TypeError, ValueError):
+        raise r.error(f"{r.where}: rope_theta must be a number, rope_scaling and rope_parameters mappings") from None
     scaling = {}
     if rope_type == "llama3":
         try:
