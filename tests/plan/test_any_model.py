@@ -106,6 +106,16 @@ def test_a_model_sweeps_like_a_benchmark(capsys, tmp_path):
     assert main([*args, "--tokens", "3e11", "--plot", str(png)]) == 0 and png.stat().st_size > 0
 
 
+def test_short_sequences_and_a_recipe_whose_vocabulary_is_its_tokenizers():
+    """A sequence under context parallelism's 1,024-token chunk still plans at cp 1 (it had found no
+    layout at all), and `tiny`'s vocabulary is its BPE's 2,048, as the trainer takes it."""
+    gpt2 = make_plan(custom_workload("layers=12,d_model=768,heads=12,vocab=50257,seq=512,family=gpt", gbs=64),
+                     "h100", 8, top=1)
+    assert gpt2.best.layout.cp == 1
+    tiny = custom_workload("tiny")
+    assert tiny.model.vocab_size == 2048 and make_plan(tiny, "h100", 1, top=1).best.layout.gbs == 4
+
+
 def test_vs_without_a_budget_compares_steps_not_minutes(capsys):
     assert main(["plan", "--model", GPT3, "--gbs", "1536", "--gpu", "h100", "--gpus", "1024", "--vs", "b200"]) == 0
     out = capsys.readouterr().out

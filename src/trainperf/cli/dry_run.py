@@ -90,18 +90,10 @@ def resolve_vocab(r: Recipe) -> str:
     its prepared data), without preparing any data; returns the tokenizer's name for the log."""
     d = r.data
     name = "byte" if d.tokenizer == "byte" else f"bpe{d.bpe_vocab_size}" if d.tokenizer == "bpe" else d.tokenizer
-    if r.model.vocab_size:
-        return name
-    if d.tokenizer == "byte":
-        from trainperf.data.tokenizer import ByteTokenizer
+    if not r.model.vocab_size:
+        from trainperf.data.tokenizer import planned_vocab
 
-        r.model.vocab_size = ByteTokenizer().vocab_size
-    elif d.tokenizer == "bpe":
-        r.model.vocab_size = d.bpe_vocab_size  # the BPE the run trains has at most this many tokens
-    else:
-        from trainperf.data.tokenizer import load_tokenizer
-
-        r.model.vocab_size = load_tokenizer(d.tokenizer).vocab_size
+        r.model.vocab_size = planned_vocab(d.tokenizer, d.bpe_vocab_size)
     return name
 
 

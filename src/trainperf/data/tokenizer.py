@@ -182,6 +182,16 @@ def tokenizer_file(tok: Tokenizer) -> str:
     return "tokenizer.model" if isinstance(tok, SentencePieceTokenizer) else "tokenizer.json"
 
 
+def planned_vocab(tokenizer: str, bpe_vocab_size: int) -> int:
+    """The vocabulary a run with data.tokenizer = `tokenizer` will have, without preparing any data:
+    the byte tokenizer's, at most `bpe_vocab_size` for a BPE the run trains, or a tokenizer file's."""
+    if tokenizer == "byte":
+        return ByteTokenizer().vocab_size
+    if tokenizer == "bpe":
+        return bpe_vocab_size
+    return load_tokenizer(tokenizer).vocab_size
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer saved by `save()`: ours (byte), any HF `tokenizer.json`, or a SentencePiece `.model`."""
     path = Path(path)

@@ -33,8 +33,8 @@ class SearchResult:
 
 
 def _pp_candidates(n_layer: int, limit: int) -> list[int]:
-    divs = [d for d in range(1, n_layer + 1) if n_layer % d == 0]
-    return sorted({p for p in divs + list(POW2) if p <= min(limit, n_layer)})
+    top = min(limit, n_layer)
+    return sorted({p for p in range(1, top + 1) if n_layer % p == 0} | {p for p in POW2 if p <= top})
 
 
 def _gbs_candidates(model: Model, dp: int, mbs: int, fixed: int | None) -> list[int]:
@@ -53,7 +53,8 @@ def _shapes(model: Model, n_gpus: int, gbs: int | None, fix: dict):
     tps = [t for t in POW2 if t <= g.nvlink_domain and c.n_head % t == 0 and c.kv_heads % t == 0
            and n_gpus % t == 0]
     # ring attention needs chunks long enough for the attention math to hide the K/V exchange
-    cps = [x for x in POW2 if c.seq_len // x >= MIN_CP_CHUNK and c.seq_len % (2 * x) == 0 and n_gpus % x == 0]
+    cps = [1] + [x for x in POW2 if x > 1 and c.seq_len // x >= MIN_CP_CHUNK and c.seq_len % (2 * x) == 0
+                 and n_gpus % x == 0]
     pps = _pp_candidates(c.n_layer, 128)
     for tp in tps if "tp" not in fix else [fix["tp"]]:
         for cp in cps if "cp" not in fix else [fix["cp"]]:

@@ -241,6 +241,10 @@ def custom_workload(spec: str, seq_len: int | None = None, gbs: int | None = Non
     else:
         rec = load_recipe(spec)
         model, src, default_gbs, recipe = rec.model, rec.source, rec.train.global_batch_size, spec
+        if not model.vocab_size:  # taken from the tokenizer, as the trainer does
+            from trainperf.data.tokenizer import planned_vocab
+
+            model = replace(model, vocab_size=planned_vocab(rec.data.tokenizer, rec.data.bpe_vocab_size))
         check_model(model, f"--model {spec}")
     if seq_len is not None:
         if seq_len < 1:
