@@ -127,7 +127,8 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
     rules = _rules()
     key = next((k for k in known() if name in (k, rules[k]["mlperf"])), None)
     if key is None:
-        raise ConfigError(f"plan: unknown benchmark '{name}' (known: {', '.join(known())})")
+        raise ConfigError(f"plan: unknown benchmark '{name}' (known: {', '.join(known())}); "
+                          f"any other model: --model {name}")
     r = {**_closed_rules(rules[key]["mlperf"]), **rules[key]}
     round_ = resolve_round(r["mlperf"], round_)
     over = r.get(f"v{round_.replace('.', '_')}")
