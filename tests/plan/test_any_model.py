@@ -116,6 +116,27 @@ def test_short_sequences_and_a_recipe_whose_vocabulary_is_its_tokenizers():
     assert tiny.model.vocab_size == 2048 and make_plan(tiny, "h100", 1, top=1).best.layout.gbs == 4
 
 
+def test_emit_run_for_a_compiled_recipe_gives_a_command_the_trainer_takes(capsys):
+    """`tiny` compiles, which the trainer refuses beside tensor parallelism: the emitted command turns
+    compile off there (and says so), and its layout and settings pass the trainer's checks."""
+    import shlex
+
+    from trainperf.config import load_recipe
+    from trainperf.layout import merge_overrides, parse_layout
+    from trainperf.parallel.dims import ParallelDims
+
+    assert main(["plan", "--model", "tiny", "--gpu", "h100", "--gpus", "8", "--emit-run"]) == 0
+    cmd, *notes = capsys.readouterr().out.splitlines()
+    argv = shlex.split(cmd)
+    spec = parse_layout(argv[argv.index("--layout") + 1])
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert spec["tp"] > 1 and sets == ["parallel.compile=false"] and any("eager" in n for n in notes)
+    assert notes[0].startswith("# planned on the pytorch stack: ") and " s a step" in notes[0]
+    spec.pop("precision")
+    r = load_recipe("tiny", merge_overrides(spec, sets))
+    assert ParallelDims.for_recipe(r, 8).tp == spec["tp"]
+
+
 def test_vs_without_a_budget_compares_steps_not_minutes(capsys):
     assert main(["plan", "--model", GPT3, "--gbs", "1536", "--gpu", "h100", "--gpus", "1024", "--vs", "b200"]) == 0
     out = capsys.readouterr().out

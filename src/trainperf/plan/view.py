@@ -19,29 +19,40 @@ def run_command(plan) -> str:
 
     from trainperf.layout import format_layout, spec_of
 
+    from trainperf.config import load_recipe
+
     L, n, bench = plan.best.layout, plan.cluster.n_gpus, plan.bench.recipe
     spec = spec_of(L)
     e = plan.best.estimate
-    notes = [f"# planned on the {plan.stack} stack: {plan.best.minutes:.1f} min, {e.tokens_per_s_per_gpu:,.0f} "
-             f"tokens/s per GPU, {e.memory.total / 1e9:.1f} of {e.capacity / 1e9:.1f} GB per GPU"]
+    timed = plan.bench.is_mlperf or plan.tokens is not None
+    notes = [f"# planned on the {plan.stack} stack: "
+             + (f"{plan.best.minutes:.1f} min, " if timed else f"{e.step_time_s:.3f} s a step, ")
+             + f"{e.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {e.memory.total / 1e9:.1f} of "
+               f"{e.capacity / 1e9:.1f} GB per GPU"]
+    extra: list[str] = []
+    if L.tp > 1 and load_recipe(bench).parallel.compile:  # config.validate refuses the pair
+        extra = ["--set", "parallel.compile=false"]
+        notes.append("# the trainer does not compile tensor-parallel blocks yet: they run eager here, slower "
+                     "than the compiled step the plan priced")
     # the trainer has bf16 and FP8 linear layers (train.fp8_linear, with or without tensor parallelism)
     if L.precision not in ("bf16", "fp8"):
         del spec["precision"]
         why = ("trains 16-bit matmuls in BF16" if L.precision == "fp16" else "has no FP4 matmuls")
         notes.append(f"# the plan priced {L.precision} matmuls; the trainer {why}: this runs the recipe's precision")
     layout = format_layout(spec)
-    cmd = ["trainperf", "run", bench, "--layout", layout]
+    cmd = ["trainperf", "run", bench, "--layout", layout, *extra]
     node = math.gcd(n, gpus_per_node(plan.cluster.gpu))
     if n <= node:
         return shlex.join(cmd + ["--nproc", str(n)]) + "".join("\n" + x for x in notes)
     nodes = n // node
+    args = shlex.join(cmd[3:])  # --layout ... (--set ...)
     lines = [shlex.join(cmd),
              f"# {n:,} GPUs = {nodes:,} nodes x {node}: one torchrun per node (docs/cluster.md); under Slurm:",
              f"#   BENCH={bench} GPUS_PER_NODE={node} sbatch --nodes={nodes} --gpus-per-node={node} "
-             f"examples/slurm/train.sbatch --layout {layout}",
+             f"examples/slurm/train.sbatch {args}",
              f"#   or on every node: torchrun --nnodes {nodes} --nproc-per-node {node} --rdzv-backend c10d "
-             f"--rdzv-endpoint HEAD:29500 -m trainperf run {bench} --layout {layout} --out RUN_DIR",
-             f"# check it first: trainperf run {bench} --layout {layout} --dry-run --nproc {n} --gpu {plan.cluster.gpu.key}"]
+             f"--rdzv-endpoint HEAD:29500 -m trainperf run {bench} {args} --out RUN_DIR",
+             f"# check it first: trainperf run {bench} {args} --dry-run --nproc {n} --gpu {plan.cluster.gpu.key}"]
     return "\n".join(lines + notes)
 
 
