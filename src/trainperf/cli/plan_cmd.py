@@ -150,22 +150,37 @@ def add_parser(sub, common) -> None:
 
 
 def _calibration(args):
+    """The calibration, refit from --calibrate's run for the GPU generation it ran on. A plan
+    (`--gpus` given) must be for that generation: the refit changes no other. `validate` takes
+    --gpu only to say which generation a run on another device stands for."""
     from trainperf.plan.calibration import load_calibration, read_run, refit_from_run
     from trainperf.plan.hardware import get_gpu, gpu_for_result
 
     cal = load_calibration()
+    planned = getattr(args, "gpus", None) is not None
     if not args.calibrate:
+        if args.gpu and not planned:
+            raise UsageError("--gpu: validate takes it only with --calibrate (the GPU a non-catalog run stands for)")
         return cal, None
     run = read_run(args.calibrate)
     g = gpu_for_result(run.device)
+    kinds = [get_gpu(k.strip()) for k in (args.gpu or "").split(",") if k.strip()]
     note = None
     if g is None:
-        if not args.gpu:
+        if not kinds:
             raise UsageError(f"--calibrate: the run was on '{run.device}', not a catalog GPU; give --gpu to say "
                              "which generation its efficiency should stand for")
-        g = get_gpu(args.gpu.split(",")[0])
+        g = kinds[0]
         note = (f"run measured on '{run.device}' (not a catalog GPU): its efficiency is applied to "
                 f"{g.generation} as asked by --gpu")
+    elif kinds and not planned:
+        raise UsageError(f"--gpu: the run was on '{run.device}', a catalog GPU ({g.generation}); --gpu is for a "
+                         "run on another device")
+    other = sorted({k.key for k in kinds if k.generation != g.generation})
+    if other:
+        raise UsageError(f"--calibrate: the run measured {g.generation} ({run.device}), which the refit changes; "
+                         f"--gpu {', '.join(other)} is another generation: plan {g.generation}, or calibrate from a "
+                         "run on the GPU planned")
     stack = _stack(args)
     cal = refit_from_run(cal, g.generation, run, stack)
     note = note or f"{g.generation} {stack} efficiency refit from the run on {run.device}"
@@ -289,6 +304,10 @@ def cmd_sweep(args) -> int:
     check(args.price, args.pue)
     if args.plot and args.model and args.tokens is None:
         raise UsageError("--plot: a model's time-to-train needs a token budget (--tokens N)")
+    if args.plot:
+        from trainperf.plan.plot import check_path
+
+        check_path(args.plot)
     points = sweep(what, kinds, counts, network=args.network, calib=cal, gbs=args.gbs, round_=args.round_,
                    explore=args.explore, price=args.price, pue=args.pue, stack=_stack(args), tokens=args.tokens)
     name = args.bench or what.name

@@ -202,8 +202,10 @@ def find_results(dirs: list[Path]) -> list[Path]:
         if d.is_file() and d.name.startswith("result_") and d.suffix == ".txt":
             found.append(d)
             continue
+        if d.is_file():
+            raise ScoreError(f"{d}: not a result log (result_*.txt) or a folder of them")
         if not d.is_dir():
-            raise ScoreError(f"{d}: no such directory")
+            raise ScoreError(f"{d}: no such file or directory")
         here = sorted(d.glob("result_*.txt"))
         if not here:
             here = sorted(p for sub in sorted(d.iterdir()) if sub.is_dir() for p in sub.glob("result_*.txt"))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from trainperf.config import ConfigError
 from trainperf.errors import PlanError
 from trainperf.plan.calibration import Calibration, load_calibration
-from trainperf.plan.convergence import Convergence
+from trainperf.plan.convergence import MAX_TOKENS, Convergence
 from trainperf.plan.cost import Cost, cost_of
 from trainperf.plan.evidence import proven_precisions
 from trainperf.plan.evidence import proven_shapes as _proven_shapes
@@ -155,12 +155,15 @@ def make_plan(bench: str | Benchmark, gpu: str, n_gpus: int, network: str | None
         explore = True  # no published layouts to rank first
         # a token budget; without one the plan prices one step
         samples = tokens / b.seq_len if tokens is not None else float(gbs)
-    model = Model(b, cl, cal, b.round, samples=samples, stack=stack)
+    budget = not b.is_mlperf or (convergence is not None and convergence.runs == 0)
+    model = Model(b, cl, cal, b.round, samples=samples, stack=stack, whole_steps=budget)
     if convergence and convergence.gbs:
         if gbs is not None and gbs != convergence.gbs:
             raise ConfigError(f"--gbs {gbs}: the runs in --samples-from converged at global batch "
                               f"{convergence.gbs}; samples to converge depend on the batch, so plan at that one")
         gbs = convergence.gbs
+    if "precision" in fix and precision is not None and fix["precision"] != precision:
+        raise ConfigError(f"--layout precision={fix['precision']} and --precision {precision} disagree: give the format once")
     precision = fix.pop("precision", precision)
     _check_precision(precision, cl, sw, ceiling, b.round)
     if fix:
@@ -219,8 +222,8 @@ def _check_budget(b: Benchmark, tokens: float | None, round_: str | None, conver
         raise ConfigError("--round: MLPerf rounds apply to the benchmarks, not to --model")
     if convergence is not None:
         raise ConfigError("--samples/--samples-from: for --model give the budget as --tokens")
-    if tokens is not None and tokens < 1:
-        raise ConfigError(f"--tokens: must be a positive number of tokens, got {tokens}")
+    if tokens is not None and not 1 <= tokens <= MAX_TOKENS:
+        raise ConfigError(f"--tokens: must be a number of tokens from 1 to {MAX_TOKENS:.0e}, got {tokens:g}")
 
 
 def _check_precision(precision: str | None, cl, sw, ceiling: str, round_: str) -> None:

@@ -7,7 +7,7 @@ one generation from a measured `trainperf run` (its summary.json).
 
 from __future__ import annotations
 
-import json
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -137,6 +137,9 @@ def save_calibration(cal: Calibration, path: Path | None = None) -> Path:
     return p
 
 
+MIN_RUN_SHARE = 0.001
+
+
 @dataclass(frozen=True)
 class RunMeasurement:
     """What `--calibrate RUNDIR` reads from a run's summary.json."""
@@ -154,15 +157,25 @@ def read_run(rundir: str | Path) -> RunMeasurement:
     if not p.is_file():
         raise ConfigError(f"--calibrate: {p} not found (expected a `trainperf run` directory)")
     try:
-        d = json.loads(p.read_text())
-        m = RunMeasurement(tokens_per_s=float(d["tokens_per_s"]), mfu=float(d["mfu"]),
-                           peak_flops=float(d["peak_flops"]), flops_per_token=float(d["flops_per_token"]),
-                           device=str(d["device"]), world_size=int(d["world_size"]))
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"--calibrate: {p} is not a trainperf summary ({type(e).__name__}: {e})") from None
-    if m.tokens_per_s <= 0 or m.peak_flops <= 0 or m.world_size < 1:
-        raise ConfigError(f"--calibrate: {p} has no usable throughput (tokens_per_s={m.tokens_per_s})")
-    return m
+        d = atomic.read_json(p, ConfigError)
+    except ConfigError as e:
+        raise ConfigError(f"--calibrate: {e}") from None
+    numbers = ("tokens_per_s", "mfu", "peak_flops", "flops_per_token")
+    # the types summary.json is written with: a hand-edited or foreign file is refused, not coerced
+    bad = [k for k in numbers if not _positive_number(d.get(k))]
+    if not isinstance(d.get("device"), str) or not d["device"].strip():
+        bad.append("device")
+    ws = d.get("world_size")
+    if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+        bad.append("world_size")
+    if bad:
+        raise ConfigError(f"--calibrate: {p} is not a trainperf summary (missing or invalid: {', '.join(bad)})")
+    return RunMeasurement(tokens_per_s=float(d["tokens_per_s"]), mfu=float(d["mfu"]), peak_flops=float(d["peak_flops"]),
+                          flops_per_token=float(d["flops_per_token"]), device=d["device"], world_size=ws)
+
+
+def _positive_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement, stack: str = "megatron") -> Calibration:
@@ -174,8 +187,11 @@ def refit_from_run(cal: Calibration, generation: str, run: RunMeasurement, stack
     conservative side for a small model and close to it for a large one.
     """
     achieved = run.tokens_per_s * run.flops_per_token / (run.peak_flops * run.world_size)
-    if not 0 < achieved <= 1.0:
-        raise ConfigError(f"--calibrate: the run's achieved share of peak is {achieved:.3f}, outside (0, 1]")
+    # below 0.1% of peak the run measured something other than the GPU's matmuls (a stalled input,
+    # a toy model): as an efficiency it would stretch every step a thousandfold
+    if not MIN_RUN_SHARE <= achieved <= 1.0:
+        raise ConfigError(f"--calibrate: the run's achieved share of peak is {achieved:.2g}, outside "
+                          f"[{MIN_RUN_SHARE}, 1]: not a measurement of the GPU's compute")
     why = f"{cal.source}; {generation} {stack} refit from a run on {run.device}"
     if stack != "megatron":  # the stack's share of the fitted megatron efficiency
         scale = {k: dict(v) for k, v in cal.stack_eff_scale.items()}

@@ -27,9 +27,15 @@ class Convergence:
         return {"samples": round(self.samples, 1), "global_batch": self.gbs, "runs": self.runs, "source": self.source}
 
 
+# Far beyond any training run (Llama 3 405B: 15.6e12 tokens, about 2e9 samples of 8,192): a larger
+# budget is a typo, and priced it would only print an absurd time
+MAX_SAMPLES = 1e15
+MAX_TOKENS = 1e18
+
+
 def given(samples: float) -> Convergence:
-    if not samples > 0:
-        raise ConfigError(f"--samples: must be a positive number of training samples, got {samples}")
+    if not 0 < samples <= MAX_SAMPLES:
+        raise ConfigError(f"--samples: must be a positive number of training samples up to {MAX_SAMPLES:.0e}, got {samples}")
     return Convergence(samples=float(samples), gbs=None, runs=0, source="given (--samples)")
 
 
@@ -53,10 +59,16 @@ def from_logs(paths: list[str | Path], benchmark: str, seq_len: int) -> Converge
     done = [r for r in logs if r.converged]
     counts = []
     for r in done:
-        if r.samples:
-            counts.append(float(r.samples))
-        elif r.tokens:
-            counts.append(r.tokens / seq_len)
+        n = float(r.samples) if r.samples else r.tokens / seq_len if r.tokens else None
+        if n is None:
+            continue
+        # a converged run trained at least one step of its batch
+        if r.gbs is not None and not 1 <= r.gbs <= n <= MAX_SAMPLES:
+            raise ConfigError(f"--samples-from: {r.path}: {n:g} samples to the target at global batch {r.gbs} "
+                              f"is not a run (it needs at least one step, at most {MAX_SAMPLES:.0e} samples)")
+        if not 0 < n <= MAX_SAMPLES:
+            raise ConfigError(f"--samples-from: {r.path}: {n:g} samples to the target is not a run")
+        counts.append(n)
     if not counts:
         raise ConfigError(f"--samples-from: none of the {len(logs)} logs in {where} has a converged run "
                           "(run_stop status success) with a sample count at its last evaluation")

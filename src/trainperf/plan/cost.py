@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from trainperf.config import ConfigError
 
 DEFAULT_PUE = 1.2
+# GPU-hours list at 1-15 USD; a thousand times that is a typo (or a node's price), and a price near
+# the float limit made the cost infinite, which JSON cannot hold
+MAX_PRICE = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,8 @@ class Cost:
 
 
 def check(price: float | None, pue: float | None) -> None:
-    if price is not None and not price > 0:
-        raise ConfigError(f"--price: must be a positive USD per GPU-hour, got {price}")
+    if price is not None and not 0 < price <= MAX_PRICE:
+        raise ConfigError(f"--price: must be a positive USD per GPU-hour up to {MAX_PRICE:g}, got {price:g}")
     if pue is not None and not 1.0 <= pue <= 3.0:
         raise ConfigError(f"--pue: a facility overhead between 1.0 and 3.0, got {pue}")
 

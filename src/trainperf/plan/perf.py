@@ -220,14 +220,16 @@ class Model:
     model-parallel shape so the search can price thousands of layouts quickly."""
 
     def __init__(self, bench: Benchmark, cl: Cluster, calib: Calibration, round_: str | None = None,
-                 samples: float | None = None, stack: str = "megatron"):
+                 samples: float | None = None, stack: str = "megatron", whole_steps: bool = False):
         """`samples`: training samples to reach the target, when known (a submitter's own
         convergence, read from its logs); otherwise the RCP mean at each global batch. `stack`:
-        the software that runs it (plan/stack.py)."""
+        the software that runs it (plan/stack.py). `whole_steps`: `samples` is a budget (tokens,
+        --samples), trained in whole steps, rather than a mean over runs."""
         self.b, self.cl, self.cal = bench, cl, calib
         self.stack = get_stack(stack)
         self.overlap = calib.overlap_for(stack)  # share of tp/cp/pp traffic compute hides
         self.samples_given = samples
+        self.whole_steps = whole_steps
         self.cfg = bench.model
         self.gpu = cl.gpu
         self.eff = calib.efficiency_for(cl.gpu.generation, stack)
@@ -528,7 +530,13 @@ class Model:
         at `gbs`: time-to-train = steps to the target · step + evaluations + fixed."""
         samples, inside = self._samples(gbs)
         evals = self.b.evals(samples, gbs)
-        return samples / gbs * cost.step_s(gbs), evals * cost.eval_s, self._fixed_s(), samples, inside, evals
+        return self.steps(samples, gbs) * cost.step_s(gbs), evals * cost.eval_s, self._fixed_s(), samples, inside, evals
+
+    def steps(self, samples: float, gbs: int) -> float:
+        """Optimizer steps to train `samples` at `gbs`: a budget in whole steps (the last one full),
+        the RCP's or the logs' mean sample count as the mean number of steps it is."""
+        n = samples / gbs
+        return float(math.ceil(n * (1 - 1e-12))) if self.whole_steps else n
 
     def minutes(self, cost: ShapeCost, gbs: int) -> float:
         """Predicted minutes at global batch `gbs` for the shape whose cost is `cost`."""
@@ -554,7 +562,7 @@ class Model:
         return Estimate(layout=lay, step_time_s=step, breakdown=cost.breakdown(lay.gbs), memory=cost.memory(lay.gbs),
                         capacity=self.capacity(), mfu=mfu, mfu_bf16=mfu_bf16, tokens_per_s=tps,
                         tokens_per_s_per_gpu=tps / self.cl.n_gpus, samples=samples,
-                        rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=samples / lay.gbs,
+                        rcp_ruleset=self.ruleset, gbs_in_rcp_range=inside, steps=self.steps(samples, lay.gbs),
                         evals=evals, train_s=train, eval_s=ev, overhead_s=fixed)
 
 

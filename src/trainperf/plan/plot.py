@@ -6,9 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainperf import atomic
+from trainperf.config import ConfigError
 
 CATEGORIES = [("compute", "compute"), ("tp", "exposed TP"), ("cp", "exposed CP"), ("pp_bubble", "PP bubble"),
               ("dp", "exposed DP"), ("other", "other")]
+
+
+def check_path(out: str | Path) -> None:
+    """Refuse, before a sweep is computed, a file name whose suffix matplotlib cannot write."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(out).suffix.lstrip(".").lower()
+    if suffix not in kinds:
+        raise ConfigError(f"--plot: {out}: give a file name ending in a format matplotlib writes "
+                          f"({', '.join(sorted(kinds))}), e.g. scaling.png")
 
 
 def plot_sweep(points, bench: str, out: str | Path, cost_panel: bool = False) -> Path:
