@@ -273,3 +273,81 @@ def test_the_formats_nvidia_ran_at_the_closest_gpu_count_rank_first():
     assert proven_precisions("llama2_70b_lora", "gb300", "5.1", 16) == {"fp4"}  # 8 is closest
     assert proven_precisions("llama31_8b", "gb200", "5.1") == {"fp4", "fp8"}  # no count: the kind's
     assert proven_precisions("llama31_8b", "b300", "5.1", 8) is None
+
+
+def test_tensor_parallelism_divides_heads_kv_heads_and_ffn():
+    """Megatron shards attention by heads and the MLP by its hidden width into tp equal parts: an ffn
+    tp does not divide (1 to 7 at tp 8) is no layout, skipped by the search and refused by --layout
+    in one line, not a ZeroDivisionError in the pricing."""
+    from trainperf.plan.workload import custom_workload
+
+    for ffn in (1, 6, 7, 12):
+        b = custom_workload(f"layers=32,d_model=4096,heads=32,ffn={ffn},vocab=32000,seq=2048", gbs=512)
+        p = make_plan(b, "h100", 64, calib=CAL, top=50)
+        assert p.predictions and all(ffn % e.estimate.layout.tp == 0 for e in p.predictions)
+    b = custom_workload("layers=32,d_model=4096,heads=32,ffn=6,vocab=32000,seq=2048", gbs=512)
+    with pytest.raises(ConfigError, match=r"^--layout: tp=4 does not divide ffn=6 \(the MLP's hidden width\)$"):
+        make_plan(b, "h100", 64, layout={"tp": 4}, calib=CAL)
+    with pytest.raises(ConfigError, match="tp=5 does not divide the 32 heads, the 32 KV heads, ffn=6 "):
+        make_plan(b, "h100", 64, layout={"tp": 5}, calib=CAL)
+    # one layer too wide for a GPU at the tp the ffn allows: the no-fit line says why tp stops there
+    wide = custom_workload("layers=1,d_model=65536,heads=64,ffn=6,vocab=32000,seq=8192", gbs=8)
+    with pytest.raises(PlanError, match=r"GB over\); tp stops at 2: tp=4 does not divide ffn=6"):
+        make_plan(wide, "h100", 8, calib=CAL)
+
+
+def test_virtual_stages_need_a_pipeline():
+    """vpp interleaves pipeline stages: with pp=1 there are none to interleave, so --layout refuses
+    it, and a vpp fixed without pp is searched over pipelines only."""
+    with pytest.raises(ConfigError, match=r"^--layout: vpp=4 needs pp > 1"):
+        make_plan("llama31_8b", "h100", 8, layout={"pp": 1, "vpp": 4}, calib=CAL)
+    p = make_plan("llama31_8b", "h100", 8, layout={"vpp": 4}, calib=CAL, top=100)
+    assert all(e.estimate.layout.pp > 1 and e.estimate.layout.vpp == 4 for e in p.predictions)
+    assert make_plan("llama31_8b", "h100", 8, layout={"pp": 1, "vpp": 1}, calib=CAL).best.estimate.layout.pp == 1
+
+
+def test_the_global_batch_search_covers_the_rcp_range_at_every_dp():
+    """GPT-3's RCPs run from GBS 1536 to 8192: a data-parallel group of 1 or 2 must reach them as a
+    group of 336 does (a cap of 128 micro-batches a rank left tp 8 pp 8 dp 1 on 64 GPUs unsearched,
+    and the plan twice as slow as that layout at --gbs 2048)."""
+    b = load_benchmark("gpt3_175b", "4.1")
+    m = Model(b, cluster("h100", 64), CAL, "4.1")
+    rcps = [p.gbs for p in rcp.load_rcps("gpt3", m.ruleset)]
+    pinned = make_plan(b, "h100", 64, layout={"tp": 8, "pp": 8, "dp": 1}, calib=CAL, top=1)
+    assert pinned.best.estimate.layout.gbs >= rcps[0]
+    at_2048 = make_plan(b, "h100", 64, layout={"tp": 8, "pp": 8, "dp": 1}, gbs=2048, calib=CAL, top=1)
+    free = make_plan(b, "h100", 64, calib=CAL, top=1, explore=True)
+    assert free.best.estimate.minutes <= pinned.best.estimate.minutes <= at_2048.best.estimate.minutes
+
+    from trainperf.plan.search import _gbs_candidates, _gbs_ladder
+
+    for dp, mbs, per_rank in ((1, 1, 1), (2, 2, 1), (1, 1, 8), (336, 1, 1), (7, 1, 1)):
+        unit = dp * mbs * per_rank
+        bs = _gbs_candidates(m, dp, mbs, None, per_rank)
+        assert bs and all(x % unit == 0 and rcps[0] <= x <= rcps[-1] for x in bs)
+        assert len(bs) <= 2 * len(_gbs_ladder("gpt3", m.ruleset))  # bounded whatever the dp
+        if unit <= rcps[0]:  # the ends of the range, as near as the layout runs them
+            assert bs[0] < rcps[0] + unit and bs[-1] > rcps[-1] - unit
+    assert set(rcps) <= set(_gbs_candidates(m, 1, 1, None))
+    assert _gbs_candidates(m, 1024, 16, None) == [16384]  # beyond the RCPs: the smallest it runs
+
+
+def test_the_no_fit_message_quotes_the_least_memory_layout():
+    """405B on 8 A100s fits nowhere; the layout the error quotes is the one needing least memory of
+    every layout the search can build (tp 8 dp 1 mbs 1, 818 GB), not a dp 2 one the batch range
+    happened to reach (1086 GB)."""
+    from trainperf.layout import RECOMPUTE
+    from trainperf.plan.perf import best_precision
+    from trainperf.plan.search import _shapes
+
+    b = load_benchmark("llama31_405b", "5.1")
+    m = Model(b, cluster("a100", 8), CAL, "5.1")
+    res = search(m, 8, ceiling="fp8")
+    assert not res.best and res.closest_unfit is not None
+    least = min(m.memory(Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=g, recompute=rc, precision=pr)).total
+                for tp, cp, pp, dp, vpp, mbs, bs in _shapes(m, 8, None, {}) for g in bs
+                for rc in RECOMPUTE for pr in best_precision(m.cl, "fp8"))
+    assert res.closest_unfit.memory.total == pytest.approx(least)
+    assert res.closest_unfit.layout.dp == 1 and least < 900e9
+    with pytest.raises(PlanError, match=r"the smallest \(tp=8,pp=1,dp=1,.*mbs=1,.*\) needs 818\.\d GB"):
+        make_plan("llama31_405b", "a100", 8, calib=CAL, round_="5.1")
