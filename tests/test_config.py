@@ -110,3 +110,8 @@ def test_every_recipe_passes_the_choice_checks():
     for name in list_recipes():
         load_recipe(name)
         load_recipe(name, smoke=True)
+
+
+def test_a_model_size_past_int32_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"model.d_ff=3000000000 is beyond 2147483647"):
+        load_recipe("tiny", ["model.d_ff=3000000000"])

@@ -18,7 +18,8 @@ def test_one_parser_for_planner_and_trainer():
 
 @pytest.mark.parametrize("text,msg", [("tp=two", "tp must be an integer"), ("tp=0", "tp must be >= 1"),
                                       ("foo=1", "unknown key 'foo'"), ("tp", "expected key=value"),
-                                      ("precision=fp16", "precision must be one of")])
+                                      ("precision=fp16", "precision must be one of"),
+                                      ("tp=2,pp=2,tp=4", "tp is given twice"), ("mbs=1,microbatch=2", "mbs is given twice")])
 def test_bad_layout_is_one_message(text, msg):
     with pytest.raises(ConfigError, match=msg):
         parse_layout(text)
@@ -81,3 +82,14 @@ def test_fewer_micro_batches_than_stages_take_gpipe():
     # 1F1B needs a micro-batch per stage: 64 / (8 x 2) = 4 micro-batches on pp 8
     assert "parallel.pp_schedule=gpipe" in merge_overrides(parse_layout("pp=8,dp=8,mbs=2,gbs=64"), [])
     assert not any("pp_schedule" in o for o in merge_overrides(parse_layout("pp=2,dp=8,mbs=2,gbs=64"), []))
+
+
+def test_the_planner_grammar_takes_fp16_which_the_trainer_refuses():
+    """`plan --layout precision=fp16` prices A100-era runs as `--precision fp16` does; `run` has no FP16 matmuls."""
+    from trainperf.layout import recipe_overrides
+    from trainperf.plan.hardware import PLAN_PRECISIONS
+
+    spec = parse_layout("tp=2,precision=fp16", precisions=PLAN_PRECISIONS)
+    assert spec == {"tp": 2, "precision": "fp16"}
+    with pytest.raises(ConfigError, match="the trainer has no FP16 matmuls"):
+        recipe_overrides(spec)

@@ -461,6 +461,24 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
     return recipe
 
 
+# The largest size (layers, width, heads, FFN, vocabulary, sequence) trainperf takes, 2**31 - 1
+# (int32's largest): every published model is orders of magnitude under it in each (126 layers, a
+# 256K vocabulary, a 10M-token context), so it refuses only typos, which otherwise hung building
+# the model or overflowed the planner's pipeline split (C sizes, 2**63) in a traceback.
+MAX_MODEL_SIZE = 2**31 - 1
+MODEL_SIZES = ("n_layer", "d_model", "n_head", "n_kv_head", "head_size", "d_ff", "vocab_size", "seq_len")
+
+
+def oversized(m: ModelConfig, keys: dict[str, str] | None = None) -> str | None:
+    """'KEY=V is beyond ...' for the first size of `m` past MAX_MODEL_SIZE, or None; `keys` names a
+    field as the input spells it (a config.json key, an inline key)."""
+    for f in MODEL_SIZES:
+        if getattr(m, f) > MAX_MODEL_SIZE:
+            return (f"{(keys or {}).get(f, f)}={getattr(m, f)} is beyond {MAX_MODEL_SIZE} (2**31 - 1), the "
+                    "largest size trainperf takes")
+    return None
+
+
 def _check(ok: bool, key: str, msg: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: {msg}")
@@ -479,6 +497,8 @@ def validate(r: Recipe) -> None:
     m, d, t, e, p = r.model, r.data, r.train, r.eval, r.parallel
     for k in ("n_layer", "d_model", "n_head", "seq_len"):
         _check(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")
+    if too_big := oversized(m, {f: f"model.{f}" for f in MODEL_SIZES}):
+        raise ConfigError(too_big)
     _check(m.head_size >= 0, "model.head_size", "must be >= 0 (0: d_model / n_head)")
     _check(m.head_size > 0 or m.d_model % m.n_head == 0, "model.n_head",
            f"{m.n_head} heads do not divide d_model={m.d_model} (or set model.head_size)")

@@ -33,17 +33,20 @@ _TARGET = {"tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "cp"
            "recompute": "parallel.activation_checkpoint"}
 
 
-def parse_layout(text: str, what: str = "--layout") -> dict:
-    """'tp=1,pp=1,dp=8,mbs=1' -> {'tp': 1, ...}; recompute= and precision= take words. `what` names
-    the option or recipe key in errors."""
+def parse_layout(text: str, what: str = "--layout", precisions: tuple[str, ...] = PRECISIONS) -> dict:
+    """'tp=1,pp=1,dp=8,mbs=1' -> {'tp': 1, ...}; recompute= and precision= take words (`precisions`:
+    the planner's include fp16, which the trainer does not run). `what` names the option or recipe
+    key in errors."""
     out: dict = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         if "=" not in part:
             raise ConfigError(f"{what}: expected key=value, got '{part}'")
         k, v = (x.strip() for x in part.split("=", 1))
         k = _ALIAS.get(k, k)
+        if k in out:
+            raise ConfigError(f"{what}: {k} is given twice ({k}={out[k]} and {k}={v}); give it once")
         if k in ("recompute", "precision"):
-            ok = RECOMPUTE if k == "recompute" else PRECISIONS
+            ok = RECOMPUTE if k == "recompute" else precisions
             if v not in ok:
                 raise ConfigError(f"{what}: {k} must be one of {', '.join(ok)}, got '{v}'")
             out[k] = v
@@ -92,8 +95,8 @@ def _pairs(spec: dict, dp_replicate: int) -> list[tuple[str, str]]:
                 raise ConfigError(f"--layout: dp={v} is not a multiple of parallel.dp_replicate={dp_replicate}")
             v //= dp_replicate
         if k == "precision":
-            if v == "fp4":
-                raise ConfigError("--layout: precision=fp4: the trainer has no FP4 matmuls (bf16 or fp8)")
+            if v not in ("bf16", "fp8"):
+                raise ConfigError(f"--layout: precision={v}: the trainer has no {v.upper()} matmuls (bf16 or fp8)")
             out += [(part, "train.precision=bf16"), (part, f"train.fp8_linear={'true' if v == 'fp8' else 'false'}")]
             continue
         out.append((part, f"{_TARGET[k]}={v}"))

@@ -324,3 +324,36 @@ def test_qwen3_checkpoint_needs_a_qk_norm_recipe_and_full_attention(tmp_path):
     (path / "config.json").write_text(json.dumps({**raw, "use_sliding_window": True, "sliding_window": 8}))
     with pytest.raises(WeightsError, match=r"use_sliding_window=True: trainperf attends over the whole causal"):
         read_hf_config(path)
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"tie_word_embeddings": "false"}, r"tie_word_embeddings='false': must be true or false"),  # truthy to Python
+    ({"tie_word_embeddings": 0}, r"tie_word_embeddings=0: must be true or false"),
+    ({"mlp_bias": None}, r"mlp_bias=None: must be true or false"),
+    ({"vocab_size": "drop"}, r"config.json: vocab_size is missing"),  # not LlamaConfig's 32,000
+    ({"intermediate_size": "drop"}, r"config.json: intermediate_size is missing"),
+    ({"num_key_value_heads": "drop", "head_dim": None}, None),  # transformers derives both: 4 heads of 8
+])
+def test_import_reads_booleans_and_sizes_as_transformers_types_them(tmp_path, change, msg):
+    """transformers types a config's booleans bool (it refuses "false" and 0) and a size left out
+    would be a class default, a guess at another model: both are refused by key, in one line."""
+    _, path = _llama(tmp_path)
+    raw = json.loads((path / "config.json").read_text())
+    edited = {k: v for k, v in {**raw, **change}.items() if v != "drop"}
+    (path / "config.json").write_text(json.dumps(edited))
+    if msg is None:
+        cfg, _ = read_hf_config(path)
+        assert (cfg.kv_heads, cfg.head_dim) == (4, 8)
+    else:
+        with pytest.raises(WeightsError, match=msg + "[^\n]*$"):
+            read_hf_config(path)
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "vocab_size"])
+def test_a_size_past_int32_is_refused_before_anything_is_built(tmp_path, key):
+    """10**30 layers hung `import-hf` building the model; the bound is the one config.oversized states."""
+    _, path = _llama(tmp_path)
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**raw, key: 10**30}))
+    with pytest.raises(WeightsError, match=rf"{key}=10+ is beyond 2147483647"):
+        read_hf_config(path)

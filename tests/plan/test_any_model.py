@@ -1,6 +1,7 @@
 """`plan --model`: any dense GPT/Llama shape, a token budget, FP16, and inputs the model cannot price."""
 
 import json
+import math
 
 import pytest
 
@@ -59,6 +60,12 @@ LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_head
     ({"model_type": "llama", "rope_theta": "big"}, "rope_theta must be a number, rope_scaling and rope_parameters mappings"),
     ({"model_type": "llama", "num_key_value_heads": None, "num_attention_heads": 8}, None),  # null: every head
     ({"model_type": "llama", "num_key_value_heads": 5}, "num_key_value_heads=5: does not divide"),
+    # transformers types its booleans bool and refuses the rest; Python's truth read "false" as true
+    ({"model_type": "llama", "tie_word_embeddings": "false"}, "tie_word_embeddings='false': must be true or false"),
+    ({"model_type": "llama", "tie_word_embeddings": 0}, "tie_word_embeddings=0: must be true or false"),
+    ({"model_type": "llama", "tie_word_embeddings": "no"}, "tie_word_embeddings='no': must be true or false"),
+    ({"model_type": "llama", "attention_bias": 1}, "attention_bias=1: must be true or false"),
+    ({"model_type": "qwen2", "use_sliding_window": "false"}, "use_sliding_window='false': must be true or false"),
 ])
 def test_hf_configs_are_read_as_the_trainer_reads_them(tmp_path, extra, msg):
     """One reader (model.hf_config) for `plan --model config.json` and import-hf; the planner
@@ -72,6 +79,121 @@ def test_hf_configs_are_read_as_the_trainer_reads_them(tmp_path, extra, msg):
     else:
         with pytest.raises(ConfigError, match=msg):
             custom_workload(str(p), gbs=8)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("key", ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                 "intermediate_size", "max_position_embeddings"])
+def test_a_config_without_a_size_is_refused_not_given_a_class_default(tmp_path, kind, key):
+    """LlamaConfig's 32,000 tokens or 11,008 FFN are another model's (Qwen3's own class defaults
+    differ again): a size the price depends on must be stated."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({k: v for k, v in {**LLAMA_8B, "model_type": kind, "sliding_window": None}.items()
+                             if k != key}))
+    with pytest.raises(ConfigError, match=f"config.json: {key} is missing"):
+        custom_workload(str(p), gbs=8)
+
+
+def test_sizes_transformers_derives_from_others_are_derived(tmp_path):
+    """Missing or null, num_key_value_heads is every head and head_dim hidden / heads (Llama), n_inner
+    4 x n_embd (GPT-2), as transformers computes them; a --seq-len stands in for a missing
+    max_position_embeddings."""
+    p = tmp_path / "config.json"
+    base = {k: v for k, v in LLAMA_8B.items() if k not in ("num_key_value_heads", "max_position_embeddings")}
+    p.write_text(json.dumps({**base, "model_type": "llama", "head_dim": None}))
+    c = custom_workload(str(p), seq_len=4096, gbs=8).model
+    assert (c.kv_heads, c.head_dim, c.seq_len) == (32, 128, 4096)
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257, "n_positions": 1024}
+    for inner in ({}, {"n_inner": None}):
+        p.write_text(json.dumps({**gpt2, **inner}))
+        c = custom_workload(str(p), gbs=8).model
+        assert (c.ff_dim, c.seq_len, c.tie_embeddings) == (3072, 1024, True)
+    p.write_text(json.dumps({k: v for k, v in gpt2.items() if k != "n_embd"}))
+    with pytest.raises(ConfigError, match="n_embd is missing"):
+        custom_workload(str(p), gbs=8)
+
+
+@pytest.mark.parametrize("window,seq,ok", [(4096, 4096, True), (4096, 2048, True), (4096, 4097, False),
+                                           (4096, None, False), (None, None, True), ("absent", 4096, True),
+                                           ("absent", 8192, False)])
+def test_a_sliding_window_as_long_as_the_sequence_is_full_attention(tmp_path, capsys, window, seq, ok):
+    """Mistral's 4,096-token window over a 4,096-token sequence reaches the first token: full
+    attention, priced exactly. A longer sequence (max_position_embeddings 8192, or --seq-len) is
+    refused by name; a config without the key has MistralConfig's 4,096."""
+    p = tmp_path / "config.json"
+    extra = {} if window == "absent" else {"sliding_window": window}
+    p.write_text(json.dumps({**LLAMA_8B, "model_type": "mistral", **extra}))
+    argv = ["plan", "--model", str(p), "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--json"]
+    rc = main([*argv, *(["--seq-len", str(seq)] if seq else [])])
+    out = capsys.readouterr()
+    if ok:
+        assert rc == 0 and json.loads(out.out)["model_shape"]["seq"] == (seq or 8192)
+    else:
+        assert rc == 2 and out.err.count("\n") == 1
+        assert f"sliding_window=4096: trainperf attends over the whole causal context; a 4096-token window" in out.err
+        assert f"(this one: {seq or 8192})" in out.err
+
+
+def test_a_hugging_face_model_folder_is_its_config(tmp_path, capsys):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**LLAMA_8B, "model_type": "llama"}))
+    b = custom_workload(str(tmp_path / "hf"), gbs=8)
+    assert b.model.n_layer == 32 and b.name == "hf"
+    (tmp_path / "empty").mkdir()
+    assert main(["plan", "--model", str(tmp_path / "empty"), "--gpu", "h100", "--gpus", "8", "--gbs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "empty holds no config.json" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--model", "layers=1000000000000000000000000000000,d_model=4096,heads=32,ffn=14336,vocab=32000,seq=2048"],
+     "--model: layers=1000000000000000000000000000000 is beyond 2147483647"),
+    (["--model", "layers=32,d_model=4096,heads=32,vocab=32000,seq=2048", "--seq-len", str(2**31)],
+     "--seq-len=2147483648 is beyond 2147483647"),
+    (["--model", "layers=32,layers=16,d_model=4096,heads=32,vocab=32000,seq=2048"], "--model: layers is given twice"),
+    (["--model", "layers=32,d_model=4096,heads=32,vocab=32000,seq=2048,family=gpt,family=llama"],
+     "--model: family is given twice"),
+    (["--model", "layers=32,d_model=4096,heads=32,ffn=0,vocab=32000,seq=2048"], "ffn must be a positive integer, got 0"),
+    (["--model", "  "], "--model: empty"),
+])
+def test_inline_shapes_the_planner_cannot_price_are_refused_in_one_line(capsys, argv, msg):
+    assert main(["plan", *argv, "--gpu", "h100", "--gpus", "64", "--gbs", "512"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
+def test_a_size_beyond_the_bound_is_refused_on_every_path(tmp_path, capsys):
+    """One bound (workload.check_model) for the inline, Hugging Face and recipe forms, naming the key
+    as each spells it: past it the pipeline split overflowed C sizes in a traceback."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**LLAMA_8B, "model_type": "llama", "num_hidden_layers": 10**30}))
+    with pytest.raises(ConfigError, match="num_hidden_layers=1000000000000000000000000000000 is beyond 2147483647"):
+        custom_workload(str(p), gbs=8)
+    r = tmp_path / "big.toml"
+    r.write_text("[model]\nn_layer = 2\nd_model = 64\nn_head = 4\nseq_len = 64\nvocab_size = 4294967296\n")
+    assert main(["plan", "--model", str(r), "--gpu", "h100", "--gpus", "8", "--gbs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "model.vocab_size=4294967296 is beyond 2147483647" in err and err.count("\n") == 1
+    ok = custom_workload(f"layers={2**31 - 1},d_model=4096,heads=32,vocab=32000,seq=2048", gbs=8)
+    assert ok.model.n_layer == 2**31 - 1
+
+
+def test_a_recipe_whose_tokenizer_cannot_be_read_names_the_keys(tmp_path, capsys, monkeypatch):
+    """model.vocab_size = 0 takes data.tokenizer's vocabulary, its relative path read from the
+    current folder as `trainperf run` reads it; unreadable, it is the recipe's error (exit 2)."""
+    from trainperf.data.tokenizer import ByteTokenizer
+
+    r = tmp_path / "r.toml"
+    r.write_text('[model]\nn_layer = 2\nd_model = 64\nn_head = 4\nseq_len = 64\nvocab_size = 0\n'
+                 '[data]\ntokenizer = "tok/tokenizer.json"\n')
+    assert main(["plan", "--model", str(r), "--gpu", "h100", "--gpus", "8", "--gbs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "data.tokenizer: tok/tokenizer.json: cannot read tokenizer" in err and "model.vocab_size is 0" in err
+    assert err.count("\n") == 1
+    (tmp_path / "tok").mkdir()
+    ByteTokenizer().save(tmp_path / "tok" / "tokenizer.json")
+    monkeypatch.chdir(tmp_path)
+    assert custom_workload(str(r), gbs=8).model.vocab_size == ByteTokenizer().vocab_size
 
 
 def test_a_head_size_apart_from_hidden_over_heads_is_priced(tmp_path):
@@ -175,8 +297,8 @@ def test_gated_mlp_is_the_configs_not_the_familys():
 
 def test_a_token_budget_is_steps_times_the_step(capsys):
     d = plan_json(capsys, "--model", GPT3, "--gpu", "h100", "--gpus", "1024", "--gbs", "1536", "--tokens", "3e11")
-    steps = 3e11 / (1536 * 2048)
-    assert d["steps"] == pytest.approx(steps, abs=0.01)
+    steps = math.ceil(3e11 / (1536 * 2048))  # a budget trains whole steps
+    assert d["steps"] == steps
     assert d["minutes"] == pytest.approx(steps * d["step_time_s"] / 60, rel=1e-4)
     assert d["tokens"] == 3e11 and d["model_shape"]["layers"] == 96 and "rcp_ruleset" not in d
     assert d["tokens_per_s"] == pytest.approx(1536 * 2048 / d["step_time_s"], rel=1e-4)

@@ -83,17 +83,24 @@ def _model_opts(p: argparse.ArgumentParser) -> None:
 
 def _workload(args):
     """The benchmark named, or the --model (with --seq-len and the global batch); exactly one."""
-    from trainperf.plan.search import parse_layout
     from trainperf.plan.workload import custom_workload
 
     if args.bench and args.model:
         raise UsageError(f"plan: give a benchmark ('{args.bench}') or --model, not both")
-    if not args.bench and not args.model:
+    if not args.bench and args.model is None:
         raise UsageError("plan: name a benchmark or give --model (or: validate | sweep | calibrate)")
     if args.bench and (args.seq_len is not None or args.tokens is not None):
         raise UsageError("--seq-len/--tokens: an MLPerf benchmark's rules fix its sequence and target; use --model")
-    layout = parse_layout(args.layout) if getattr(args, "layout", None) else {}
+    layout = _layout(args) or {}
     return args.bench or custom_workload(args.model, args.seq_len, args.gbs or layout.get("gbs"))
+
+
+def _layout(args) -> dict | None:
+    """--layout parsed, with the planner's formats (fp16 included)."""
+    from trainperf.layout import parse_layout
+    from trainperf.plan.hardware import PLAN_PRECISIONS
+
+    return parse_layout(args.layout, precisions=PLAN_PRECISIONS) if getattr(args, "layout", None) else None
 
 
 def _plan_opts() -> argparse.ArgumentParser:
@@ -207,15 +214,13 @@ def cmd_plan(args) -> int:
     from trainperf.plan import view
     from trainperf.plan.api import make_plan, parse_gpu_count
     from trainperf.plan.cost import check
-    from trainperf.plan.search import parse_layout
-
     what = _workload(args)
     if not args.gpu or not args.gpus:
         raise UsageError("plan: --gpu and --gpus are required (e.g. --gpu h100 --gpus 512)")
     n = parse_gpu_count(args.gpus)
     check(args.price, args.pue)
     cal, note = _calibration(args)
-    layout = parse_layout(args.layout) if args.layout else None
+    layout = _layout(args)
     kw = dict(stack=_stack(args), network=args.network, layout=layout, gbs=args.gbs,
               precision=args.precision, calib=cal, top=args.top, convergence=_convergence(args),
               explore=args.explore, price=args.price, pue=args.pue)

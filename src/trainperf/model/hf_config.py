@@ -4,18 +4,32 @@ a base checkpoint) and the planner (`plan --model config.json`), without torch s
 The two ask different things of a model. The trainer must compute what transformers computes
 (`exact`): anything it would compute differently is refused (an activation, a bias layout) or
 noted (a RoPE scaling it does not implement). The planner must price it: only what changes the
-cost is refused (a sliding window, experts), so Mistral
+cost is refused (a sliding window shorter than the sequence, experts), so Mistral
 and Qwen2 configs are priced as the Llama blocks they are, their q/k/v biases aside.
+
+Neither takes a size the config leaves out: the HF class default it would get is a guess at another
+model (LlamaConfig's 32 layers of 4096), and save_pretrained writes every size.
 """
 
 from __future__ import annotations
 
-from trainperf.config import ModelConfig
+from trainperf.config import ModelConfig, oversized
 from trainperf.errors import TrainperfError
 
 LLAMA_TYPES = ("llama", "qwen3", "mistral", "qwen2")  # Llama's blocks: RMSNorm, SwiGLU, RoPE
 EXACT_TYPES = ("llama", "qwen3", "gpt2")  # what trainperf loads weights from and computes alike
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+# The config.json key each ModelConfig size is read from, by family (the planner names it too)
+SIZE_KEYS = {
+    "llama": dict(n_layer="num_hidden_layers", d_model="hidden_size", n_head="num_attention_heads",
+                  n_kv_head="num_key_value_heads", head_size="head_dim", d_ff="intermediate_size",
+                  vocab_size="vocab_size", seq_len="max_position_embeddings"),
+    "gpt": dict(n_layer="n_layer", d_model="n_embd", n_head="n_head", n_kv_head="n_head", d_ff="n_inner",
+                vocab_size="vocab_size", seq_len="n_positions"),
+}
+# the model types with a sliding window, and its size where config.json leaves the key out, as their
+# HF classes take it (null is no window)
+WINDOW_TYPES, DEFAULT_WINDOW = ("mistral", "qwen2", "qwen3"), 4096
 
 
 def rope_of(raw: dict) -> tuple[float, str, dict]:
@@ -31,6 +45,7 @@ def rope_of(raw: dict) -> tuple[float, str, dict]:
 class _Reader:
     def __init__(self, raw: dict, where: str, error: type[TrainperfError], exact: bool):
         self.raw, self.where, self.error, self.exact = raw, where, error, exact
+        self.keys = SIZE_KEYS["gpt" if raw.get("model_type") == "gpt2" else "llama"]
 
     def fail(self, key: str, why: str) -> TrainperfError:
         return self.error(f"{self.where}: {key}={self.raw.get(key)!r}: {why}")
@@ -40,14 +55,29 @@ class _Reader:
         if not ok and (cost or self.exact):
             raise self.fail(key, why)
 
-    def int(self, key: str, default: int, null_is_default: bool = False) -> int:
-        """`key` as a positive integer, `default` where it is absent (or null, where the HF class
-        reads null so: num_key_value_heads, n_inner, head_dim)."""
-        v = self.raw.get(key, default)
-        if v is None and null_is_default:
-            v = default
+    def int(self, key: str, derived: int | None = None) -> int:
+        """`key` as a positive integer. Absent or null, it is `derived` where transformers derives it
+        from other keys (num_key_value_heads, head_dim, n_inner), else refused."""
+        v = self.raw.get(key)
+        if v is None and derived is not None:
+            return derived
+        if key not in self.raw:
+            raise self.error(f"{self.where}: {key} is missing (trainperf takes no size from an HF class "
+                             "default, a guess at another model)")
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise self.fail(key, "must be a positive integer")
+        return v
+
+    def size(self, field: str, derived: int | None = None) -> int:
+        """The ModelConfig `field` from its key in SIZE_KEYS."""
+        return self.int(self.keys[field], derived)
+
+    def bool(self, key: str, default: bool) -> bool:
+        """`key` as a JSON boolean: transformers' configs type these bool and refuse "false", 0 or
+        null, which Python's truth would read as something."""
+        v = self.raw.get(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(key, "must be true or false (a JSON boolean)")
         return v
 
     def number(self, key: str, default: float) -> float:
@@ -57,11 +87,11 @@ class _Reader:
         return float(v)
 
 
-def hf_model_config(raw: dict, where: str, error: type[TrainperfError],
-                    exact: bool = True) -> tuple[ModelConfig, list[str]]:
+def hf_model_config(raw: dict, where: str, error: type[TrainperfError], exact: bool = True,
+                    seq_len: int | None = None) -> tuple[ModelConfig, list[str]]:
     """The ModelConfig of an HF config.json's `raw` object and notes on what trainperf computes
     differently; `error` (naming `where` and the key) for what it cannot train (`exact`) or price.
-    Missing keys take the HF class defaults (save_pretrained omits some of them)."""
+    `seq_len` is the sequence the planner prices instead of max_position_embeddings (n_positions)."""
     kind = raw.get("model_type")
     r = _Reader(raw, where, error, exact)
     for key in EXPERT_KEYS:
@@ -69,27 +99,45 @@ def hf_model_config(raw: dict, where: str, error: type[TrainperfError],
     if exact and kind not in EXACT_TYPES or kind not in (*LLAMA_TYPES, "gpt2"):
         readable = "llama, qwen3 and gpt2 checkpoints" if exact else f"{', '.join(LLAMA_TYPES)} and gpt2 configs"
         raise error(f"{where}: model_type={kind!r}: trainperf reads dense {readable} only")
-    if kind == "gpt2":
-        return _gpt2(r), []
-    return _llama(r, kind)
+    seq = seq_len or r.size("seq_len")
+    cfg, notes = (_gpt2(r, seq), []) if kind == "gpt2" else _llama(r, kind, seq)
+    if too_big := oversized(cfg, {**r.keys, **({"seq_len": "the sequence"} if seq_len else {})}):
+        raise error(f"{where}: {too_big}")  # before anything is built from it
+    return cfg, notes
 
 
-def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
-    raw, notes = r.raw, []
-    d, n_head = r.int("hidden_size", 4096), r.int("num_attention_heads", 32)
-    head = r.int("head_dim", 0) if raw.get("head_dim") is not None else 0  # null or absent: hidden / heads
-    r.need("num_attention_heads", head or d % n_head == 0, f"does not divide hidden_size={d}", cost=True)
+def _window(r: _Reader, kind: str, seq: int) -> None:
+    """A sliding window shorter than the `seq`-token sequence changes what attention computes and
+    costs; one at least as long reaches back to the first token, so it is full attention and the
+    planner prices it exactly. The trainer's sequence is its recipe's, unknown here: it takes none."""
+    raw = r.raw
     window_key = "use_sliding_window" if "use_sliding_window" in raw else "sliding_window"
-    windowed = raw.get("use_sliding_window", kind == "mistral") and raw.get("sliding_window") is not None
-    r.need(window_key, not windowed, "trainperf attends over the whole causal context", cost=True)
+    if not r.bool("use_sliding_window", kind == "mistral"):  # Mistral has no switch: a window is always on
+        return
+    if raw.get("sliding_window", DEFAULT_WINDOW if kind in WINDOW_TYPES else None) is None:
+        return
+    window = r.int("sliding_window", DEFAULT_WINDOW)
+    if r.exact or window < seq:
+        why = "trainperf attends over the whole causal context"
+        if not r.exact:
+            why += f"; a {window}-token window is that only for sequences of at most {window} tokens (this one: {seq})"
+        raise r.error(f"{r.where}: {window_key}={raw.get(window_key, window)!r}: {why}")  # absent: the default
+
+
+def _llama(r: _Reader, kind: str, seq: int) -> tuple[ModelConfig, list[str]]:
+    raw, notes = r.raw, []
+    d, n_head = r.size("d_model"), r.size("n_head")
+    head = r.size("head_size", 0)  # null or absent: hidden / heads
+    r.need("num_attention_heads", head or d % n_head == 0, f"does not divide hidden_size={d}", cost=True)
+    _window(r, kind, seq)
     r.need("hidden_act", raw.get("hidden_act", "silu") == "silu", "trainperf's llama MLP is SwiGLU (silu)")
-    bias = bool(raw.get("attention_bias", False))
+    bias = r.bool("attention_bias", False)
     if kind == "qwen2":  # only priced (not in EXACT_TYPES): its q/k/v biases, which no key states, are left out
         bias = False
     if kind == "qwen3":
         r.need("attention_bias", not bias, "trainperf has one model.bias for attention and MLP, and Qwen3's MLP "
                "has none")
-    r.need("mlp_bias", bool(raw.get("mlp_bias", False)) == bias,
+    r.need("mlp_bias", r.bool("mlp_bias", False) == bias,
            f"trainperf has one model.bias for attention and MLP (attention_bias={bias})")
     try:
         theta, rope_type, rp = rope_of(raw)
@@ -107,30 +155,27 @@ def _llama(r: _Reader, kind: str) -> tuple[ModelConfig, list[str]]:
     elif rope_type != "default":
         notes.append(f"{r.where}: RoPE scaling {rope_type!r} is ignored: trainperf implements only 'llama3', so "
                      "its logits differ from transformers' (most at long distances)")
-    cfg = ModelConfig(family="llama", n_layer=r.int("num_hidden_layers", 32), d_model=d, n_head=n_head,
-                      n_kv_head=r.int("num_key_value_heads", n_head, null_is_default=True),
-                      head_size=0 if head == d // n_head else head, d_ff=r.int("intermediate_size", 11008),
-                      vocab_size=r.int("vocab_size", 32000), seq_len=r.int("max_position_embeddings", 2048),
+    cfg = ModelConfig(family="llama", n_layer=r.size("n_layer"), d_model=d, n_head=n_head,
+                      n_kv_head=r.size("n_kv_head", n_head), head_size=0 if head == d // n_head else head,
+                      d_ff=r.size("d_ff"), vocab_size=r.size("vocab_size"), seq_len=seq,
                       norm_eps=r.number("rms_norm_eps", 1e-6), rope_theta=theta, **scaling,
-                      tie_embeddings=bool(raw.get("tie_word_embeddings", False)), bias=bias,
-                      qk_norm=kind == "qwen3")
+                      tie_embeddings=r.bool("tie_word_embeddings", False), bias=bias, qk_norm=kind == "qwen3")
     r.need("num_key_value_heads", n_head % cfg.kv_heads == 0, f"does not divide num_attention_heads={n_head}",
            cost=True)
     return cfg, notes
 
 
-def _gpt2(r: _Reader) -> ModelConfig:
+def _gpt2(r: _Reader, seq: int) -> ModelConfig:
     raw = r.raw
-    d, n_head = r.int("n_embd", 768), r.int("n_head", 12)
+    d, n_head = r.size("d_model"), r.size("n_head")
     r.need("n_head", d % n_head == 0, f"does not divide n_embd={d}", cost=True)
     r.need("activation_function", raw.get("activation_function", "gelu_new") in ("gelu_new", "gelu_pytorch_tanh"),
            "trainperf's gpt MLP uses the tanh GELU (gelu_new)")
-    r.need("scale_attn_weights", raw.get("scale_attn_weights", True) is True, "trainperf scales by 1/sqrt(head size)")
-    r.need("scale_attn_by_inverse_layer_idx", not raw.get("scale_attn_by_inverse_layer_idx", False),
+    r.need("scale_attn_weights", r.bool("scale_attn_weights", True), "trainperf scales by 1/sqrt(head size)")
+    r.need("scale_attn_by_inverse_layer_idx", not r.bool("scale_attn_by_inverse_layer_idx", False),
            "trainperf does not scale attention by layer")
-    r.need("add_cross_attention", not raw.get("add_cross_attention", False), "trainperf is decoder-only", cost=True)
-    return ModelConfig(family="gpt", n_layer=r.int("n_layer", 12), d_model=d, n_head=n_head,
-                       n_kv_head=n_head, d_ff=r.int("n_inner", 4 * d, null_is_default=True),
-                       vocab_size=r.int("vocab_size", 50257), seq_len=r.int("n_positions", 1024),
+    r.need("add_cross_attention", not r.bool("add_cross_attention", False), "trainperf is decoder-only", cost=True)
+    return ModelConfig(family="gpt", n_layer=r.size("n_layer"), d_model=d, n_head=n_head,
+                       n_kv_head=n_head, d_ff=r.size("d_ff", 4 * d), vocab_size=r.size("vocab_size"), seq_len=seq,
                        norm_eps=r.number("layer_norm_epsilon", 1e-5),
-                       tie_embeddings=bool(raw.get("tie_word_embeddings", True)), bias=True)
+                       tie_embeddings=r.bool("tie_word_embeddings", True), bias=True)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import functools
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainperf.config import ConfigError, ModelConfig, list_recipes, load_recipe
+from trainperf.config import MODEL_SIZES, ConfigError, ModelConfig, Recipe, list_recipes, load_recipe, oversized
+from trainperf.errors import DataError
 from trainperf.rules import rules_for
 
 RULES = Path(__file__).with_name("benchmarks.toml")  # the closed rules themselves: trainperf/rules
@@ -165,25 +167,30 @@ INLINE_KEYS = {"layers": "n_layer", "d_model": "d_model", "heads": "n_head", "kv
                "ffn": "d_ff", "vocab": "vocab_size", "seq": "seq_len", "head_dim": "head_size"}
 
 
-def _family_model(family: str, shape: dict, where: str) -> ModelConfig:
+SEQ_LEN = {"seq_len": "--seq-len"}  # a sequence --seq-len gave is named so in an error
+
+
+def _family_model(family: str, shape: dict, where: str, keys: dict[str, str]) -> ModelConfig:
     """A ModelConfig of `family`: llama is RMSNorm, SwiGLU, RoPE and an untied head; gpt is
     LayerNorm, GELU, learned positions and biases, its head tied to the embedding."""
     if family not in ("llama", "gpt"):
         raise ConfigError(f"{where}: family must be llama or gpt, got '{family}'")
-    inv = {v: k for k, v in INLINE_KEYS.items()}  # our field -> the key the user wrote
     for k, v in shape.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "d_ff" else 1):
-            raise ConfigError(f"{where}: {inv.get(k, k)} must be a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where}: {keys.get(k, k)} must be a positive integer, got {v!r}")
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size", "seq_len") if k not in shape]
     if missing:
-        raise ConfigError(f"{where}: missing {', '.join(inv.get(m, m) for m in missing)}")
+        raise ConfigError(f"{where}: missing {', '.join(keys.get(m, m) for m in missing)}")
     cfg = ModelConfig(family=family, tie_embeddings=family == "gpt", bias=family == "gpt", **shape)
-    check_model(cfg, where)
+    check_model(cfg, where, keys)
     return cfg
 
 
-def check_model(cfg: ModelConfig, where: str) -> None:
-    """What the planner needs of a shape to price it: one line naming what is wrong."""
+def check_model(cfg: ModelConfig, where: str, keys: Mapping[str, str] | None = None) -> None:
+    """What the planner needs of a shape to price it: one line naming what is wrong. `keys` names
+    a size as the input spells it (an inline key, a config.json key); default its field's name."""
+    if too_big := oversized(cfg, dict(keys or {})):
+        raise ConfigError(f"{where}: {too_big}")
     if not cfg.head_size and cfg.d_model % cfg.n_head:
         raise ConfigError(f"{where}: {cfg.n_head} heads do not divide d_model {cfg.d_model} (or give head_dim)")
     if cfg.n_head % cfg.kv_heads:
@@ -192,15 +199,20 @@ def check_model(cfg: ModelConfig, where: str) -> None:
         raise ConfigError(f"{where}: the vocabulary size is not stated (the planner needs it)")
 
 
-def parse_inline(text: str) -> ModelConfig:
-    """`layers=..,d_model=..,heads=..,kv_heads=..,ffn=..,vocab=..,seq=..,family=gpt|llama`."""
+def parse_inline(text: str, seq_len: int | None = None) -> ModelConfig:
+    """`layers=..,d_model=..,heads=..,kv_heads=..,ffn=..,vocab=..,seq=..,family=gpt|llama`;
+    `seq_len` (--seq-len) overrides seq=."""
     shape: dict = {}
     family = "llama"
+    given: set[str] = set()
     for part in (p.strip() for p in text.split(",") if p.strip()):
         k, sep, v = part.partition("=")
         k, v = k.strip(), v.strip()
         if not sep:
             raise ConfigError(f"--model: expected key=value, got '{part}'")
+        if k in given:
+            raise ConfigError(f"--model: {k} is given twice")
+        given.add(k)
         if k == "family":
             family = v
             continue
@@ -210,52 +222,75 @@ def parse_inline(text: str) -> ModelConfig:
             shape[INLINE_KEYS[k]] = int(v)
         except ValueError:
             raise ConfigError(f"--model: {k} must be a positive integer, got '{v}'") from None
-    return _family_model(family, shape, "--model")
+    keys = {v: k for k, v in INLINE_KEYS.items()}  # our field -> the key the user wrote
+    if seq_len is not None:
+        shape["seq_len"], keys = seq_len, {**keys, **SEQ_LEN}
+    return _family_model(family, shape, "--model", keys)
 
 
-def parse_hf_config(path: Path) -> ModelConfig:
+def parse_hf_config(path: Path, seq_len: int | None = None) -> ModelConfig:
     """A Hugging Face config.json, read as the trainer reads it (`model.hf_config`), refusing only
-    what changes the price."""
+    what changes the price of its sequence: `seq_len` (--seq-len), else max_position_embeddings."""
     from trainperf.atomic import read_json
-    from trainperf.model.hf_config import hf_model_config
+    from trainperf.model.hf_config import SIZE_KEYS, hf_model_config
 
     where = f"--model {path}"
-    cfg, _ = hf_model_config(read_json(path, ConfigError), where, ConfigError, exact=False)
-    check_model(cfg, where)
+    cfg, _ = hf_model_config(read_json(path, ConfigError), where, ConfigError, exact=False, seq_len=seq_len)
+    check_model(cfg, where, {**SIZE_KEYS[cfg.family], **(SEQ_LEN if seq_len is not None else {})})
     return cfg
+
+
+def _recipe_model(spec: str, seq_len: int | None) -> tuple[ModelConfig, Recipe]:
+    """A recipe's model, its vocabulary taken from data.tokenizer where model.vocab_size is 0, as
+    the trainer takes it (a relative path from the current folder, as `trainperf run` reads it)."""
+    from dataclasses import replace
+
+    from trainperf.data.tokenizer import planned_vocab
+
+    rec, where = load_recipe(spec), f"--model {spec}"
+    model, keys = rec.model, {f: f"model.{f}" for f in MODEL_SIZES}
+    if not model.vocab_size:
+        try:
+            model = replace(model, vocab_size=planned_vocab(rec.data.tokenizer, rec.data.bpe_vocab_size))
+        except DataError as e:  # the recipe's to fix, not the data's: a usage error
+            raise ConfigError(f"{where}: data.tokenizer: {e}, and model.vocab_size is 0, so the vocabulary is "
+                              "the tokenizer's (a relative path is read from the current folder, as `trainperf "
+                              "run` reads it)") from None
+    if seq_len is not None:
+        model, keys = replace(model, seq_len=seq_len), {**keys, **SEQ_LEN}
+    check_model(model, where, keys)
+    return model, rec
 
 
 def custom_workload(spec: str, seq_len: int | None = None, gbs: int | None = None) -> Benchmark:
     """A model that is not an MLPerf benchmark, from a recipe name, a recipe TOML, a Hugging Face
-    config.json or the inline grammar; no RCPs and no evaluations. Its global batch is the
-    recipe's unless `gbs` is given (required for the other forms)."""
-    from dataclasses import replace
-
+    config.json (or the folder holding it) or the inline grammar, at `seq_len` where given; no RCPs
+    and no evaluations. Its global batch is the recipe's unless `gbs` is given (required for the
+    other forms)."""
+    if not spec.strip():
+        raise ConfigError("--model: empty; give a recipe name or TOML, a Hugging Face config.json or its folder, "
+                          "or layers=,d_model=,heads=,vocab=,seq=")
+    if seq_len is not None and seq_len < 1:
+        raise ConfigError(f"--seq-len: must be a positive integer, got {seq_len}")
     p = Path(spec)
     default_gbs, recipe = None, ""
     if "=" in spec:
-        model, src = parse_inline(spec), f"inline: {spec}"
-    elif p.suffix == ".json":
-        if not p.is_file():
-            raise ConfigError(f"--model: file {spec} not found")
-        model, src = parse_hf_config(p), str(p)
+        model, src = parse_inline(spec, seq_len), f"inline: {spec}"
+    elif p.is_dir() or p.suffix == ".json":
+        config = p / "config.json" if p.is_dir() else p
+        if not config.is_file():
+            raise ConfigError(f"--model: folder {spec} holds no config.json (a Hugging Face model folder does)"
+                              if p.is_dir() else f"--model: file {spec} not found")
+        model, src = parse_hf_config(config, seq_len), str(config)
     else:
-        rec = load_recipe(spec)
-        model, src, default_gbs, recipe = rec.model, rec.source, rec.train.global_batch_size, spec
-        if not model.vocab_size:  # taken from the tokenizer, as the trainer does
-            from trainperf.data.tokenizer import planned_vocab
-
-            model = replace(model, vocab_size=planned_vocab(rec.data.tokenizer, rec.data.bpe_vocab_size))
-        check_model(model, f"--model {spec}")
+        model, rec = _recipe_model(spec, seq_len)
+        src, default_gbs, recipe = rec.source, rec.train.global_batch_size, spec
     if seq_len is not None:
-        if seq_len < 1:
-            raise ConfigError(f"--seq-len: must be a positive integer, got {seq_len}")
-        model = replace(model, seq_len=seq_len)
         src += f", --seq-len {seq_len}"
     g = gbs or default_gbs
     if not g:
         raise ConfigError("--gbs: give the global batch (sequences per step) for a model without a recipe")
-    return model_workload(Path(spec).stem if "=" not in spec else "custom", model, g, src, recipe)
+    return model_workload(p.stem if "=" not in spec else "custom", model, g, src, recipe)
 
 
 def model_workload(name: str, model: ModelConfig, gbs: int, source: str, recipe: str = "") -> Benchmark:
