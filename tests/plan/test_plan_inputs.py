@@ -101,3 +101,9 @@ def test_validate_gpu_only_with_a_non_catalog_run(capsys, tmp_path):
     run = _run_dir(tmp_path, "a100")
     assert "catalog GPU" in _one_line_error(capsys, ["plan", "validate", "--gpu", "h100", "--calibrate", run])
     assert "unknown GPU" in _one_line_error(capsys, ["plan", "validate", "--gpu", "foo", "--calibrate", run])
+
+
+def test_top_is_bounded(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(PLAN + ["--top", "100000"])
+    assert e.value.code == 2 and "at most 500" in capsys.readouterr().err

@@ -103,6 +103,16 @@ def _layout(args) -> dict | None:
     return parse_layout(args.layout, precisions=PLAN_PRECISIONS) if getattr(args, "layout", None) else None
 
 
+MAX_TOP = 500  # a table row costs about 1 ms to render: more would take a plan past a second
+
+
+def _top(text: str) -> int:
+    n = positive_int(text)
+    if n > MAX_TOP:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TOP} layouts, got {n}")
+    return n
+
+
 def _plan_opts() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     _cluster_opts(p)
@@ -117,7 +127,7 @@ def _plan_opts() -> argparse.ArgumentParser:
     p.add_argument("--samples-from", nargs="+", default=None, metavar="LOGS",
                    help="take samples to the target (and the global batch) from MLPerf result logs: "
                         "olympic mean over their converged runs")
-    p.add_argument("--top", type=positive_int, default=5, help="layouts to list")
+    p.add_argument("--top", type=_top, default=5, help=f"layouts to list (1-{MAX_TOP})")
     p.add_argument("--emit-run", action="store_true",
                    help="print the `trainperf run` command line for the top layout (and how to start it on many nodes)")
     return p

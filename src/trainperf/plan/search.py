@@ -10,8 +10,9 @@ inside the range the RCPs cover (outside it MLPerf would require new reference p
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainperf.config import ConfigError, ModelConfig
 from trainperf.layout import RECOMPUTE, parse_layout  # the grammar `run --layout` shares
@@ -141,49 +142,55 @@ def search(model: Model, n_gpus: int, gbs: int | None = None, ceiling: str = "fp
     """The `top` fastest fitting layouts. With `proven` (a set of (tp, pp, cp)), layouts of those
     shapes rank before all others, each group fastest first; with `proven_precisions` as well,
     within each group the layouts in those formats rank before the others."""
-    scored: list[Candidate] = []
-    closest: tuple[float, Layout] | None = None
-    n = 0
-    cap = model.capacity()
     fix = fix or {}
     precs = [precision] if precision else best_precision(model.cl, ceiling)
     rcs = RECOMPUTE if "recompute" not in fix else [fix["recompute"]]
-    # each model-parallel shape's ShapeCost is looked up once and priced at every global batch
+    # Every layout is timed (one ShapeCost per model-parallel shape, priced at each global batch);
+    # memory, the costlier model, is asked only of the layouts walked in rank order until `top` fit
+    timed: list[tuple[float, Layout]] = []
     for tp, cp, pp, dp, vpp, mbs, bs in _shapes(model, n_gpus, gbs, fix):
-        costs = [(rc, pr, model.cost(Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=bs[0],
-                                            recompute=rc, precision=pr)))
-                 for rc in rcs for pr in precs]
-        for b in bs:
-            fitted: set = set()
-            for rc, pr, st in costs:
-                n += 1
-                if pr in fitted:
-                    continue  # a cheaper recompute setting already fits: more recompute only costs time
-                mem = st.memory_bytes(b)
-                fits = mem <= cap
-                if not fits and closest is not None and mem >= closest[0]:
-                    continue
-                # only layouts that fit (or the smallest that does not) become Layout objects
-                lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=b, recompute=rc, precision=pr)
-                if not fits:
-                    closest = (mem, lay)
-                    continue
-                fitted.add(pr)
-                scored.append(Candidate(model.minutes(st, b), lay))
+        lays = [Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=bs[0], recompute=rc, precision=pr)
+                for rc in rcs for pr in precs]
+        costs = [model.cost(lay) for lay in lays]
+        timed += [(model.minutes(st, b), replace(lay, gbs=b)) for b in bs for lay, st in zip(lays, costs)]
     if proven is not None:
         pp_ok = proven_precisions
-        scored.sort(key=lambda x: (x.shape not in proven, pp_ok is not None and x.layout.precision not in pp_ok,
-                                   x.minutes))
+        ranked = sorted(timed, key=lambda x: (x[1].shape not in proven,
+                                              pp_ok is not None and x[1].precision not in pp_ok, x[0]))
     else:
-        scored.sort(key=lambda x: x.minutes)
-    best = [model.estimate(x.layout) for x in scored[:top]]
-    unfit = model.estimate(closest[1]) if closest and not scored else None
+        ranked = sorted(timed, key=lambda x: x[0])
+    fits = _Fits(model, rcs)
+    scored = list(itertools.islice((Candidate(m, lay) for m, lay in ranked if fits(lay)), top))
+    best = [model.estimate(x.layout) for x in scored]
+    unfit = None
+    if not scored and timed:  # the layout nearest to fitting (the first of equals), for the error or a fixed --layout
+        unfit = model.estimate(min(timed, key=lambda x: fits.memory(x[1]))[1])
     fastest = None
     if proven is not None and scored:
-        quick = min(scored, key=lambda x: x.minutes)
-        if quick != scored[0]:
-            fastest = model.estimate(quick.layout)
+        quick = next(lay for m, lay in sorted(ranked, key=lambda x: x[0]) if fits(lay))
+        if quick != scored[0].layout:
+            fastest = model.estimate(quick)
+    n = len(timed)
     return SearchResult(best=best, evaluated=n, closest_unfit=unfit, fastest_unranked=fastest)
+
+
+class _Fits:
+    """Whether a layout fits memory and is the least recompute of its kind that does (more
+    recompute of a layout that fits only costs time); each layout's memory is asked once."""
+
+    def __init__(self, model: Model, recomputes: list[str] | tuple[str, ...]):
+        self.model, self.cap, self.recomputes, self._mem = model, model.capacity(), recomputes, {}
+
+    def memory(self, lay: Layout) -> float:
+        if lay not in self._mem:
+            self._mem[lay] = self.model.cost(lay).memory_bytes(lay.gbs)
+        return self._mem[lay]
+
+    def __call__(self, lay: Layout) -> bool:
+        if self.memory(lay) > self.cap:
+            return False
+        cheaper = self.recomputes[:list(self.recomputes).index(lay.recompute)]
+        return not any(self.memory(replace(lay, recompute=rc)) <= self.cap for rc in cheaper)
 
 
 def check_layout(fix: dict, model: Model, n_gpus: int) -> None:
