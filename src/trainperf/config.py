@@ -337,14 +337,21 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
     if typ is float:
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        # TOML and float() both read inf and nan; no recipe value means either (lr=inf trained to a
+        # nan loss, grad_clip=inf and eval.target=inf ran as if meaningful)
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        return number
     if typ is str:
         if isinstance(value, str):
             return value
@@ -466,6 +473,7 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
 # 256K vocabulary, a 10M-token context), so it refuses only typos, which otherwise hung building
 # the model or overflowed the planner's pipeline split (C sizes, 2**63) in a traceback.
 MAX_MODEL_SIZE = 2**31 - 1
+MAX_SEED = 2**32 - 1  # numpy's generators (the GPT sampler's shuffles) take no larger seed
 MODEL_SIZES = ("n_layer", "d_model", "n_head", "n_kv_head", "head_size", "d_ff", "vocab_size", "seq_len")
 
 
@@ -508,6 +516,7 @@ def validate(r: Recipe) -> None:
     _check(m.d_ff >= 0, "model.d_ff", "must be >= 0")
     _check(m.vocab_size >= 0, "model.vocab_size", "must be >= 0")
     _check(m.norm_eps > 0, "model.norm_eps", "must be > 0")
+    _check(m.rope_theta > 0, "model.rope_theta", f"must be > 0 (RoPE's base wavelength), got {m.rope_theta}")
     _check(m.logit_softcap >= 0, "model.logit_softcap", "must be >= 0 (0: no cap)")
     _check(m.loss_chunk_bytes >= 0, "model.loss_chunk_bytes", "must be >= 0 (0: the loss never in chunks)")
     _check(not m.zero_init_head or not m.tie_embeddings, "model.zero_init_head",
@@ -556,7 +565,7 @@ def validate(r: Recipe) -> None:
     _check(not t.fp8_linear or t.precision in ("bf16", "auto"), "train.fp8_linear",
            "needs train.precision = \"bf16\" (FP8 matmuls inside bf16 autocast)")
     _check(t.log_every >= 1, "train.log_every", "must be >= 1")
-    _check(t.seed >= 0, "train.seed", "must be >= 0")
+    _check(0 <= t.seed <= MAX_SEED, "train.seed", f"must be in [0, {MAX_SEED}] (numpy's seed range), got {t.seed}")
     _check(t.init_checkpoint_step >= 0, "train.init_checkpoint_step", "must be >= 0")
     _check(t.init_checkpoint_step == 0 or t.init_checkpoint != "", "train.init_checkpoint_step",
            "needs train.init_checkpoint (the steps a checkpoint stands for)")

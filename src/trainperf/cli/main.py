@@ -7,6 +7,7 @@ with the code README.md's table gives; `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import os
 import errno
 import importlib
 import signal
@@ -17,7 +18,7 @@ from pathlib import Path
 from trainperf import atomic
 from trainperf.cli.args import Parser, non_negative_int, positive_int
 from trainperf.cli.score_cmd import run_seeds_and_score, smoke_incomplete
-from trainperf.config import DataConfig, Recipe, SubmittedLayout, list_recipes, load_recipe, validate
+from trainperf.config import MAX_SEED, DataConfig, Recipe, SubmittedLayout, list_recipes, load_recipe, validate
 from trainperf.errors import (EXIT_FAIL, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, RunError, Terminated, TrainperfError,
                               UsageError, describe_os_error)
 from trainperf.layout import format_layout, merge_overrides, parse_layout
@@ -28,6 +29,16 @@ from trainperf.parallel import launch
 # one-line message and its exit code in main().
 _SUBCOMMAND_MODULES: list[str] = ["trainperf.cli.report_cmd", "trainperf.cli.plan_cmd", "trainperf.cli.score_cmd",
                                    "trainperf.cli.import_cmd"]
+
+
+MAX_SEEDS = 1000  # MLPerf asks 3-10 runs a result; a thousand is a statistics study, more a typo
+
+
+def _seeds(text: str) -> int:
+    n = positive_int(text)
+    if n > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SEEDS} seeds, got {n}")
+    return n
 
 
 def _common() -> argparse.ArgumentParser:
@@ -51,8 +62,8 @@ def _add_run(sub) -> None:
     p.add_argument("--smoke", action="store_true",
                    help="the benchmark's control flow shrunk to seconds on a CPU (recipe's [smoke]); status "
                         "aborted, exit 0 when it made its planned evaluations and its log is sound")
-    p.add_argument("--seeds", type=positive_int, default=0, metavar="N",
-                   help="run seeds SEED..SEED+N-1 into OUT/seed_<s>/ and score them (trainperf score)")
+    p.add_argument("--seeds", type=_seeds, default=0, metavar="N",
+                   help=f"run seeds SEED..SEED+N-1 into OUT/seed_<s>/ and score them (trainperf score); N <= {MAX_SEEDS}")
     p.add_argument("--nproc", type=positive_int, default=0, metavar="N",
                    help="processes on this machine: N > 1 starts torchrun (gloo on CPU, NCCL on GPU)")
     p.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="R",
@@ -144,6 +155,10 @@ def _load_run_recipe(args) -> tuple[Recipe, SubmittedLayout | None, dict | None]
 def cmd_run(args) -> int:
     recipe, named, spec = _load_run_recipe(args)
     seed = recipe.train.seed if args.seed is None else args.seed
+    last = seed + max(args.seeds, 1) - 1
+    if last > MAX_SEED:
+        raise UsageError(f"--seed {seed}{f' --seeds {args.seeds}' if args.seeds else ''}: seeds go up to "
+                         f"{MAX_SEED} (numpy's range); the last would be {last}")
     if args.dry_run:
         from trainperf.cli.dry_run import check_gpu, dry_run, world_for
 
@@ -158,6 +173,7 @@ def cmd_run(args) -> int:
         # the trainer's whole layout check: a layout that does not fit this many processes fails
         # here in one line, before torchrun starts N workers and before a run directory exists
         ParallelDims.for_recipe(recipe, max(1, args.nproc))
+        _check_weights_fit(recipe, max(1, args.nproc), args.device)
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
         atomic.check_out(out, "seeds")
@@ -176,6 +192,25 @@ def cmd_run(args) -> int:
     if launch.under_torchrun() and args.out is None and args.resume is None:
         raise UsageError("under torchrun pass --out DIR: every rank and every restart must use the same run directory")
     return _run_here(recipe, args, out, seed)
+
+
+def _check_weights_fit(recipe: Recipe, nproc: int, device: str) -> None:
+    """Refuse, before a run folder exists, a model whose fp32 weights alone (a quarter of what
+    training holds with AdamW) exceed the memory they would live in, even sharded over every
+    process: a typo in a size otherwise fails deep in torch (a storage overflow) or is killed."""
+    import torch
+
+    from trainperf.model.flops import matmul_params
+
+    m = recipe.model
+    weights = 4 * (matmul_params(m) + m.vocab_size * m.d_model)
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        room, where = nproc * torch.cuda.get_device_properties(0).total_memory, f"{nproc} GPU(s)"
+    else:
+        room, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's memory"
+    if weights > room:
+        raise UsageError(f"model: its fp32 weights alone are {weights / 2**30:,.0f} GiB, more than {where} "
+                         f"({room / 2**30:,.0f} GiB); check model.d_model, n_layer, d_ff and vocab_size")
 
 
 def _launch(recipe, args, out: Path) -> int:
