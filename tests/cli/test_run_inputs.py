@@ -45,3 +45,18 @@ def test_a_model_whose_weights_cannot_fit_is_refused_before_building(capsys, tmp
     assert main(argv + ["--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "fp32 weights alone" in err and err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--dry-run", "--max-steps", "5", "--seeds", "3"], "--dry-run starts no training: --seeds, --max-steps"),
+    (["--seed", "3", "--set", "train.seed=5"], "--seed 3 and --set train.seed=5 both set train.seed"),
+    (["--checkpoint-every", "1", "--set", "checkpoint.every_steps=5"], "both set checkpoint.every_steps"),
+    (["--set", "train.lr=1e-3", "--set", "train.lr=2e-3"], "--set train.lr: given more than once"),
+    (["--seeds", "2", "--max-restarts", "3"], "--seeds runs its seeds in this process"),
+])
+def test_flags_that_would_be_ignored_or_overridden(capsys, tmp_path, argv, msg):
+    out = tmp_path / "run"
+    extra = [] if "--dry-run" in argv else ["--out", str(out)]
+    assert main(SMOKE + argv + extra) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1 and not out.exists()

@@ -134,6 +134,18 @@ def _load_run_recipe(args) -> tuple[Recipe, SubmittedLayout | None, dict | None]
     """The recipe with --set and --layout applied: the layout spec, or the recipe's [layouts] entry
     named by --layout, turned into recipe keys (trainperf.layout), a key set twice an error."""
     overrides = list(args.overrides)
+    # a value given twice is refused, as --layout against --set is (merge_overrides): the last one
+    # winning silently hid a typo in the first
+    given = {o.split("=", 1)[0].strip(): o for o in overrides}
+    flags = [(args.checkpoint_every, "checkpoint.every_steps", "--checkpoint-every"),
+             (args.seed, "train.seed", "--seed")]
+    for value, key, flag in flags:
+        if value is not None and key in given:
+            raise UsageError(f"{flag} {value} and --set {given[key]} both set {key}; give it once")
+    if len(given) < len(overrides):
+        keys = [o.split("=", 1)[0].strip() for o in overrides]
+        twice = next(k for k in keys if keys.count(k) > 1)
+        raise UsageError(f"--set {twice}: given more than once; give it once")
     if args.checkpoint_every is not None:
         overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
     recipe = load_recipe(args.benchmark, overrides, smoke=args.smoke)
@@ -162,6 +174,16 @@ def cmd_run(args) -> int:
     if args.dry_run:
         from trainperf.cli.dry_run import check_gpu, dry_run, world_for
 
+        # what only a training process does: refused rather than ignored, so a dry run checks the
+        # command that will be run, not a shorter one
+        training_only = [(args.resume is not None, "--resume"), (args.out is not None, "--out"),
+                         (args.seeds > 0, "--seeds"), (args.max_steps > 0, "--max-steps"),
+                         (args.tensorboard, "--tensorboard"), (args.max_restarts > 0, "--max-restarts"),
+                         (args.checkpoint_every is not None, "--checkpoint-every")]
+        extra = [flag for given, flag in training_only if given]
+        if extra:
+            raise UsageError(f"--dry-run starts no training: {', '.join(extra)} would be ignored; drop "
+                             f"{'it' if len(extra) == 1 else 'them'} or the --dry-run")
         check_gpu(args.gpu)
         return dry_run(recipe, world_for(spec, named, args.nproc), args.gpu, named,
                        format_layout(spec) if spec else None, seed, as_json=args.json, trace=not args.no_trace)
@@ -176,6 +198,9 @@ def cmd_run(args) -> int:
         _check_weights_fit(recipe, max(1, args.nproc), args.device)
     out = args.out or Path("runs") / f"{recipe.benchmark.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.seeds:
+        if args.max_restarts:
+            raise UsageError("--max-restarts restarts a torchrun worker group; --seeds runs its seeds in this "
+                             "process, so it would be ignored")
         atomic.check_out(out, "seeds")
         return run_seeds_and_score(recipe, args, out, seed)
     in_place = False
