@@ -115,3 +115,18 @@ def test_every_recipe_passes_the_choice_checks():
 def test_a_model_size_past_int32_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match=r"model.d_ff=3000000000 is beyond 2147483647"):
         load_recipe("tiny", ["model.d_ff=3000000000"])
+
+
+def test_an_empty_recipe_file_is_refused(tmp_path):
+    """Every default is tiny's: an empty file ran tiny at full size, even under --smoke."""
+    p = tmp_path / "empty.toml"
+    p.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="empty"):
+        load_recipe(str(p))
+
+
+def test_a_corpus_the_synthetic_smoke_data_would_ignore_is_refused():
+    with pytest.raises(ConfigError, match="data.corpus: the run trains on a synthetic corpus"):
+        load_recipe("tiny", ["data.corpus=/somewhere"], smoke=True)
+    r = load_recipe("tiny", ["data.corpus=stdlib", "data.synthetic=false"], smoke=True)
+    assert not r.data.synthetic and r.data.corpus == "stdlib"

@@ -438,6 +438,8 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"recipe {path}: not valid TOML ({e})") from None
+    if not raw:  # every default is tiny's: an empty file would silently run (or plan) tiny
+        raise ConfigError(f"recipe {path}: empty; a recipe states at least its [model] (recipes/tiny.toml shows every section)")
     recipe = Recipe(source=str(path))
     recipe.layouts = _layouts(raw.pop("layouts", {}))
     for section, table in raw.items():
@@ -464,6 +466,10 @@ def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, 
         if (section, key) == ("smoke", "enabled"):
             raise ConfigError("smoke.enabled: use `trainperf run --smoke`")
         _apply(recipe, section, key, value)
+    user = {_parse_override(t)[:2] for t in overrides or []}
+    if recipe.data.synthetic and ("data", "corpus") in user and ("data", "synthetic") not in user:
+        raise ConfigError("data.corpus: the run trains on a synthetic corpus (data.synthetic, which --smoke sets), "
+                          "so it would be ignored; add --set data.synthetic=false to train on it")
     validate(recipe)
     return recipe
 
