@@ -131,3 +131,20 @@ def test_a_wrong_data_path_is_refused_before_the_run_folder_is_made(tmp_path, ca
     err = capsys.readouterr().err
     assert rc == 1 and err.count("\n") == 1 and str(tmp_path) in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_prepared_folder_refuses_another_tokenizer(tmp_path):
+    """Its ids were written by its own tokenizer: a BPE given for byte ids trained on other text."""
+    from trainperf.cli.main import main
+    from trainperf.data.pipeline import open_tokens_source
+
+    src = tmp_path / "c"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(60)))
+    assert main(["data", "prepare", str(src), "--out", str(tmp_path / "ds"), "--tokenizer", "byte", "--workers", "1"]) == 0
+    bpe = tmp_path / "bpe.json"
+    train_bpe(TEXTS, 300).save(bpe)
+    with pytest.raises(DataError, match="not the tokenizer .* was prepared with"):
+        open_tokens_source(DataConfig(corpus=str(tmp_path / "ds"), tokenizer=str(bpe)))
+    own = tmp_path / "ds" / "tokenizer.json"  # the folder's own, named: accepted
+    assert open_tokens_source(DataConfig(corpus=str(tmp_path / "ds"), tokenizer=str(own))).tokenizer.vocab_size == 256

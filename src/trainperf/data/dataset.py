@@ -166,8 +166,18 @@ def open_folder(path: Path, meta: dict, tokenizer: Tokenizer | None = None) -> T
         raise DataError(f"{path / 'meta.json'}: not a valid dataset record ({e})") from None
     if not pieces:
         raise DataError(f"{path / 'meta.json'}: lists no pieces")
-    tok = tokenizer or folder_tokenizer(path)
-    return TokenData(path, meta, tok, TokenStream(train), TokenStream(val))
+    own = folder_tokenizer(path)
+    if tokenizer is not None and own is not None and not _same_tokens(tokenizer, own):
+        # the ids were written by the folder's tokenizer: another one would read them as other text
+        raise DataError(f"data.tokenizer: not the tokenizer {path} was prepared with (its own: vocabulary "
+                        f"{own.vocab_size}, given: {tokenizer.vocab_size}); drop data.tokenizer to use the folder's")
+    return TokenData(path, meta, tokenizer or own, TokenStream(train), TokenStream(val))
+
+
+def _same_tokens(a: Tokenizer, b: Tokenizer) -> bool:
+    """Whether two tokenizers give every id the same bytes (what training and the eval read)."""
+    return a.vocab_size == b.vocab_size and np.array_equal(a.token_bytes(), b.token_bytes()) and all(
+        a.decode([i]) == b.decode([i]) for i in range(a.vocab_size))
 
 
 def held_out_indices(name: str, n: int) -> np.ndarray:
