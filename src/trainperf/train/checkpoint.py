@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -323,7 +324,8 @@ class Checkpointer:
         if same_world:
             state.update(rng)
         try:
-            dcp.load(state, checkpoint_id=str(self.source))
+            with _single_process_quiet():
+                dcp.load(state, checkpoint_id=str(self.source))
         except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
             msg = _first_error(e)
             raise CheckpointError(f"{self.source}: corrupt or incompatible checkpoint ({msg})") from None
@@ -378,7 +380,8 @@ class Checkpointer:
         env.barrier()
         with _stops_held() as stopping:
             try:
-                dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
+                with _single_process_quiet():
+                    dcp.save({**self.states, **self._rng_state()}, checkpoint_id=str(tmp))
                 if env.is_main:
                     self._commit(tmp, final, step)
             except (Exception, CheckpointException) as e:  # CheckpointException is a BaseException
@@ -490,3 +493,14 @@ def _last_step(metrics: Path) -> int:
         if row.get("kind") in ("train", "eval", "end") and isinstance(row.get("step", row.get("steps")), int):
             last = max(last, int(row.get("step", row.get("steps"))))
     return last
+
+
+
+@contextlib.contextmanager
+def _single_process_quiet():
+    """DCP warns on every save and load without a process group that it assumes one process, even
+    when told so (no_dist): one process is what the run is, so that warning alone is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is .*uninitialized, assuming the intent",
+                                category=UserWarning)
+        yield
