@@ -14,6 +14,7 @@ from trainperf.data.samples import IGNORE, SampleData, pair_sample, read_samples
 from trainperf.data.prepare import prepare_corpus
 from trainperf.data.prepare import verify as prepared_verify
 from trainperf.data.tokenizer import ByteTokenizer
+from trainperf.errors import UsageError
 from trainperf.model.transformer import Transformer
 from trainperf.config import ModelConfig
 
@@ -150,7 +151,7 @@ def test_end_of_document_token_after_every_document(tmp_path):
     corpus = _jsonl(tmp_path / "c.jsonl", [{"text": d} for d in docs])
     tok = train_bpe(docs, 300)
     tok.save(tmp_path / "tok.json")
-    with pytest.raises(DataError, match="data.eod: '<eod>' is not a token"):
+    with pytest.raises(UsageError, match="'<eod>': not a token"):  # a bad argument: exit 2, nothing written
         prepare_corpus(tmp_path / "x", str(corpus), str(tmp_path / "tok.json"), eod="<eod>")
     from tokenizers import AddedToken
 

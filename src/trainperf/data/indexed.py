@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.atomic import temp_name
-from trainperf.errors import DataError
+from trainperf.errors import DataError, file_error
 
 HEADER = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -146,29 +146,45 @@ class IndexWriter:
         # atomic's temporary names carry host and pid: writers on several machines can share a
         # folder, and a later run can tell a dead writer's leftovers from a live one's (atomic.temp_owner)
         self._tmp = {ext: temp_name(path(self.prefix)) for ext, path in (("bin", bin_path), ("idx", idx_path))}
-        self._bin = open(self._tmp["bin"], "wb")
         self._lengths: list[np.ndarray] = []
+        # an OSError (disk full, permission) names the file being made, not its temporary
+        try:
+            self._bin = open(self._tmp["bin"], "wb")
+        except OSError as e:
+            raise file_error(e, "writing", bin_path(self.prefix)) from e
 
     def add(self, docs: list[np.ndarray] | list[list[int]]) -> None:
         """Append documents (one sequence each)."""
         if not docs:
             return
         arrays = [np.asarray(d, dtype=self.dtype) for d in docs]
-        np.concatenate(arrays).tofile(self._bin)
+        try:
+            # not ndarray.tofile: it reports a short write (a full disk) without an errno
+            self._bin.write(np.concatenate(arrays).data)
+        except OSError as e:
+            raise file_error(e, "writing", bin_path(self.prefix)) from e
         self._lengths.append(np.fromiter((a.size for a in arrays), dtype=np.int32, count=len(arrays)))
 
     def close(self) -> Path:
-        self._bin.flush()
-        os.fsync(self._bin.fileno())
-        self._bin.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
-        write_index(self._tmp["idx"], self.dtype, lengths)
-        os.replace(self._tmp["bin"], bin_path(self.prefix))
-        os.replace(self._tmp["idx"], idx_path(self.prefix))
+        name = bin_path(self.prefix)
+        try:
+            self._bin.flush()
+            os.fsync(self._bin.fileno())
+            self._bin.close()
+            name = idx_path(self.prefix)
+            lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+            write_index(self._tmp["idx"], self.dtype, lengths)
+            os.replace(self._tmp["bin"], bin_path(self.prefix))
+            os.replace(self._tmp["idx"], idx_path(self.prefix))
+        except OSError as e:
+            raise file_error(e, "writing", name) from e
         return self.prefix
 
     def abort(self) -> None:
-        self._bin.close()
+        try:
+            self._bin.close()
+        except OSError:
+            pass  # the buffered tail of a file being thrown away (a full disk refuses it again)
         for tmp in self._tmp.values():
             tmp.unlink(missing_ok=True)
 
@@ -194,6 +210,8 @@ def parse_blend(text: str) -> list[tuple[float, str]]:
     """Megatron's `--data-path w1 p1 w2 p2 ...` (or one bare prefix, weight 1) as (weight, prefix)
     pairs; a weight that is not a positive number is a DataError."""
     parts = text.split()
+    if not parts:
+        raise DataError(f"blend {text!r}: names no dataset (expected a prefix, or pairs 'w1 p1 w2 p2 ...')")
     if len(parts) == 1:
         return [(1.0, parts[0])]
     if len(parts) % 2:

@@ -10,7 +10,11 @@ last step (any run that finds every piece) writes meta.json: an index over the p
 rewritten.
 
 `--out` may name a new or empty folder, or one trainperf made (it has prepare.json); any other
-existing folder is refused and left as it was.
+existing folder is refused and left as it was. Everything that can be refused (the inputs, the
+tokenizer, --eod, an empty split) is checked before anything is written. A complete dataset already
+in `--out` is never touched until its replacement is complete: a prepare that would change it builds
+the new one in a staging folder inside `--out` (`.next-<settings>`; a rerun of the same command
+resumes there, its unchanged pieces hard-linked from the old dataset) and swaps it in at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -28,19 +33,20 @@ from pathlib import Path
 from typing import Iterator
 
 from trainperf import atomic
-from trainperf.data.corpus import (Document, corpus_files, held_out, iter_documents, stdlib_documents,
+from trainperf.data.corpus import (SUFFIXES, Document, corpus_files, held_out, iter_documents, stdlib_documents,
                                    synthetic_documents)
 from trainperf.data.dataset import FORMAT, TOKENIZER_FILES, open_folder, read_meta
 from trainperf.data.indexed import IndexWriter, token_dtype
 from trainperf.data.prepared import sha256_file, with_val
 from trainperf.data.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, train_bpe
-from trainperf.errors import DataError
+from trainperf.errors import DataError, UsageError, file_error
 
 BATCH_DOCS = 2000  # documents per encode_batch call (the tokenizer threads over a batch)
 BATCH_BYTES = 16 << 20  # ... or this much text, whichever comes first: bounds a worker's memory
 _PIECE_FILE = re.compile(r"^[tv]\d{5}(?:_train|_val)?\.(?:bin|idx|json)$")
 # the file a piece's temporary becomes: its .bin or .idx, or its record
 _PIECE_TEMP = re.compile(r"^\.([tv]\d{5}(?:_(?:train|val)\.(?:bin|idx)|\.json))\.")
+_STAGING = re.compile(r"^\.next-[0-9a-f]{16}$")  # a staging folder inside --out (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,31 @@ def list_inputs(corpus: str, val: str = "") -> list[Input]:
         # the built-in corpora are one piece each: their documents are many small files
         ins = [Input("t00000", corpus, "", corpus, role, corpus)]
     else:
-        ins = [Input(f"t{i:05d}", "file", str(f), rel, role, _stamp(f)) for i, (f, rel) in enumerate(corpus_files(corpus))]
+        ins = [Input(f"t{i:05d}", "file", str(f), rel, role, _stamp(f)) for i, (f, rel) in enumerate(_files(corpus))]
     if val:
-        ins += [Input(f"v{i:05d}", "file", str(f), rel, "val", _stamp(f)) for i, (f, rel) in enumerate(corpus_files(val))]
+        ins += [Input(f"v{i:05d}", "file", str(f), rel, "val", _stamp(f)) for i, (f, rel) in enumerate(_files(val))]
     if len(ins) > 99999:
         raise DataError(f"{corpus}: {len(ins)} files; at most 99,999 inputs (merge small files)")
     return ins
+
+
+def _files(src: str) -> list[tuple[Path, str]]:
+    # a folder's other files are skipped (`skipped_files` lists them); a file named on its own must be
+    # one the corpus reader takes: asking for another kind is a bad argument
+    files = corpus_files(src)
+    if Path(src).is_file() and not src.endswith(SUFFIXES):
+        raise UsageError(f"{src}: unsupported corpus file type (use {', '.join(SUFFIXES)})")
+    return files
+
+
+def skipped_files(src: str) -> list[Path]:
+    """The files under a folder source that the prepare does not read (not corpus files, or in a
+    folder the corpus walk skips, corpus.SKIP_DIRS); none for a file or a built-in corpus."""
+    root = Path(src)
+    if src in ("stdlib", "synthetic") or not root.is_dir():
+        return []
+    read = {f for f, _ in corpus_files(src)}
+    return sorted(Path(d, f) for d, _, fs in os.walk(root) for f in fs if Path(d, f) not in read)
 
 
 def documents_of(inp: Input) -> Iterator[Document]:
@@ -109,29 +134,49 @@ def dataset_kind(kind: str) -> str:
     return f"{kind} dataset"
 
 
-def claim_out(out: Path, settings: dict) -> None:
-    """Make `out` ours for these settings (refuse_foreign's rule). A folder trainperf made with other
-    settings has its own files removed, nothing else."""
-    refuse_foreign(out)
-    atomic.mark_out(out, dataset_kind("tokens"))
-    marker = out / "prepare.json"
-    if marker.is_file():
-        try:
-            old = json.loads(marker.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise DataError(f"{marker}: unreadable ({e})") from None
-        if old == settings:
-            (out / "pieces").mkdir(exist_ok=True)
-            return
-        _remove_ours(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pieces").mkdir(exist_ok=True)
-    atomic.write_json(marker, settings)
+def _settings_of(folder: Path) -> dict | None:
+    """The settings the prepare in `folder` was made with (its prepare.json); None when it has none."""
+    marker = folder / "prepare.json"
+    if not marker.is_file():
+        return None
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{marker}: unreadable ({e})") from None
+
+
+def _work_folder(out: Path, settings: dict, jobs: list[Job]) -> Path:
+    """Where this prepare builds: `out` itself, unless `out` holds a complete dataset (meta.json)
+    other than the one asked for; that one stays whole while the new one is built in a staging
+    folder inside `out` (named by the settings, so a rerun resumes there)."""
+    if not (out / "meta.json").exists() or (_settings_of(out) == settings and _assembled(out, jobs)):
+        return out
+    return out / f".next-{jobs[0].settings_key[:16]}"
+
+
+def _claim(folder: Path, settings: dict) -> None:
+    """Make `folder` hold a prepare with these settings. Files of a prepare with other settings (or of
+    one whose prepare.json is gone: a swap cut short) are removed, nothing else; a complete dataset
+    is never here when they differ (`_work_folder`)."""
+    if _settings_of(folder) == settings:
+        _mkdir(folder / "pieces")
+        return
+    _remove_ours(folder)
+    _mkdir(folder / "pieces")
+    atomic.write_json(folder / "prepare.json", settings)
+
+
+def _mkdir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise file_error(e, "creating", folder) from e
 
 
 def _remove_ours(out: Path) -> None:
     """The files a prepare with other settings made (and only those)."""
     (out / "meta.json").unlink(missing_ok=True)
+    (out / "prepare.json").unlink(missing_ok=True)
     for name in TOKENIZER_FILES:
         (out / name).unlink(missing_ok=True)
     pieces = out / "pieces"
@@ -139,6 +184,69 @@ def _remove_ours(out: Path) -> None:
         for p in pieces.iterdir():
             if _PIECE_FILE.match(p.name):
                 p.unlink()
+
+
+def _link(src: Path, dst: Path) -> None:
+    """`dst` becomes the finished file `src` (a hard link; a copy where links are refused)."""
+    tmp = atomic.temp_name(dst)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise file_error(e, "writing", dst) from e
+
+
+def _link_finished(out: Path, work: Path, jobs: list[Job]) -> None:
+    """Into a staging folder: the pieces of `out`'s dataset that this prepare would make again as
+    they are (same settings, unchanged file)."""
+    for j in jobs:
+        name = j.inp.name
+        if (piece_record(work, name) or {}).get("key") == j.key or (piece_record(out, name) or {}).get("key") != j.key:
+            continue
+        # the record last: a record names a whole piece
+        for f in [f"{name}_{s}.{e}" for s in ("train", "val") for e in ("bin", "idx")] + [f"{name}.json"]:
+            _link(out / "pieces" / f, work / "pieces" / f)
+
+
+def _swap_in(out: Path, new: Path) -> None:
+    """Replace the dataset in `out` by the complete one in staging folder `new`. Cut short, it leaves
+    `out` without meta.json (nothing presented as complete) and either without prepare.json (a rerun
+    starts over) or with the new one (a rerun keeps the pieces already moved)."""
+    try:
+        (out / "meta.json").unlink(missing_ok=True)
+        (out / "prepare.json").unlink(missing_ok=True)  # its tokenizer is about to be replaced
+        for name in TOKENIZER_FILES:
+            if (new / name).is_file():
+                os.replace(new / name, out / name)
+            else:
+                (out / name).unlink(missing_ok=True)
+        os.replace(new / "prepare.json", out / "prepare.json")
+        pieces = out / "pieces"
+        pieces.mkdir(exist_ok=True)
+        fresh = sorted((p.name for p in (new / "pieces").iterdir() if _PIECE_FILE.match(p.name)),
+                       key=lambda n: n.endswith(".json"))  # records last
+        for p in pieces.iterdir():
+            if _PIECE_FILE.match(p.name) and p.name not in fresh:
+                p.unlink()
+        for name in fresh:
+            os.replace(new / "pieces" / name, pieces / name)
+        atomic.sync_dir(pieces)
+        os.replace(new / "meta.json", out / "meta.json")
+        atomic.sync_dir(out)
+    except OSError as e:
+        raise file_error(e, "replacing", e.filename or out) from e
+
+
+def _remove_staging(out: Path) -> None:
+    """Every staging folder in `out`, once a dataset is put in place: other settings' were abandoned
+    for it. One that cannot be removed is only a leftover, not a failure of the prepare."""
+    for p in out.iterdir():
+        if _STAGING.match(p.name) and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 # --- one piece ----------------------------------------------------------------------------------
@@ -167,11 +275,7 @@ def make_piece(job: Job) -> dict:
     """Tokenize one input into pieces/<name>_{train,val}.{bin,idx} and record it; returns the record."""
     out, inp = Path(job.out), job.inp
     tok: Tokenizer = ByteTokenizer() if job.tokenizer == "byte" else load_tokenizer(out / job.tokenizer)
-    eod = None
-    if job.eod:
-        eod = tok.token_id(job.eod)
-        if eod is None:
-            raise DataError(f"data.eod: {job.eod!r} is not a token of the tokenizer ({tok.name})")
+    eod = eod_id(tok, job.eod)
     dtype = token_dtype(tok.vocab_size)
     base = out / "pieces" / inp.name
     writers = {s: IndexWriter(Path(f"{base}_{s}"), dtype) for s in ("train", "val")}
@@ -223,6 +327,16 @@ def make_piece(job: Job) -> dict:
     return rec
 
 
+def eod_id(tok: Tokenizer, eod: str) -> int | None:
+    """The id of the --eod token (None without one); a token the tokenizer lacks is a bad argument."""
+    if not eod:
+        return None
+    i = tok.token_id(eod)
+    if i is None:
+        raise UsageError(f"--eod (data.eod) {eod!r}: not a token of the tokenizer ({tok.name})")
+    return i
+
+
 def _split_of(doc: Document, role: str) -> str:
     if role == "split":
         return "val" if held_out(doc.id) else "train"
@@ -250,26 +364,65 @@ def prepare_corpus(out: Path, corpus: str, tokenizer: str = "bpe", vocab: int = 
     settings = {"format": FORMAT, "corpus": corpus_name or corpus, "val": val, "tokenizer": tok_key, "eod": eod,
                 "inputs": [[i.name, i.rel, i.role] for i in inputs]}
     settings_key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-    claim_out(out, settings)
-    tok_file = _place_tokenizer(out, tokenizer, vocab, inputs)
-    jobs = [Job(str(out), inp, settings_key, tok_file, eod) for inp in inputs]
-    todo = [j for j in jobs if (piece_record(out, j.inp.name) or {}).get("key") != j.key]
-    if not todo and shard is None and _assembled(out, jobs):
+    refuse_foreign(out)
+    if tokenizer != "bpe":  # a bad tokenizer file or --eod fails here, in one line
+        eod_id(ByteTokenizer() if tokenizer == "byte" else load_tokenizer(tokenizer), eod)
+    _check_splits(inputs, settings["corpus"], val)
+    jobs = [Job(str(out), inp, settings_key, "", eod) for inp in inputs]
+    work = _work_folder(out, settings, jobs)
+    if work == out and shard is None and _assembled(out, jobs) and _settings_of(out) == settings:
         return out
+    trained = _train_bpe(out, work, settings, vocab, inputs, eod) if tokenizer == "bpe" else None
+    # nothing was written before this line
+    atomic.mark_out(out, dataset_kind("tokens"))
+    _claim(work, settings)
+    tok_file = _place_tokenizer(out, work, tokenizer, settings, trained)
+    jobs = [Job(str(work), inp, settings_key, tok_file, eod) for inp in inputs]
+    if work != out:
+        _link_finished(out, work, jobs)
+    todo = [j for j in jobs if (piece_record(work, j.inp.name) or {}).get("key") != j.key]
+    if not todo and shard is None and _assembled(work, jobs):
+        return _put_in_place(out, work)
     if todo:
-        (out / "meta.json").unlink(missing_ok=True)  # it would describe pieces about to change
-    _sweep_temp(out / "pieces")
+        (work / "meta.json").unlink(missing_ok=True)  # it would describe pieces about to change
+    _sweep_temp(work / "pieces")
     if shard is not None:
         todo = [j for j in todo if jobs.index(j) % shard[1] == shard[0]]
     _run_jobs(todo, workers)
     if shard is not None:
         return None
-    records = [piece_record(out, j.inp.name) for j in jobs]
+    records = [piece_record(work, j.inp.name) for j in jobs]
     missing = [j.inp.name for j, r in zip(jobs, records) if (r or {}).get("key") != j.key]
     if missing:
-        raise DataError(f"{out}: pieces {', '.join(missing[:5])} are not finished")
-    assemble(out, records, settings, tokenizer_name(tokenizer, vocab))
+        raise DataError(f"{work}: pieces {', '.join(missing[:5])} are not finished")
+    assemble(work, records, settings, tokenizer_name(tokenizer, vocab))
+    return _put_in_place(out, work)
+
+
+def _put_in_place(out: Path, work: Path) -> Path:
+    if work != out:
+        _swap_in(out, work)
+    _remove_staging(out)
     return out
+
+
+def _check_splits(inputs: list[Input], corpus: str, val: str) -> None:
+    """Refuse, before anything is written, a corpus that leaves the training or the validation split
+    empty; reads only until it meets a document of each."""
+    for split in ("train", "val"):
+        ins = [i for i in inputs if i.role in ("split", split)]
+        if any(i.kind != "file" for i in ins):
+            continue  # the built-in corpora have both
+        docs = (d for i in ins for d in documents_of(i) if _split_of(d, i.role) == split)
+        if next(docs, None) is None:
+            raise _empty_split(split, corpus, val)
+
+
+def _empty_split(split: str, corpus: str, val: str) -> DataError:
+    if split == "val" and val:
+        return DataError(f"{val}: the validation split is empty; the validation source has no documents")
+    return DataError(f"{corpus}: the {'training' if split == 'train' else 'validation'} split is empty; "
+                     "the corpus needs more documents")
 
 
 def _assembled(out: Path, jobs: list[Job]) -> bool:
@@ -286,28 +439,42 @@ def tokenizer_name(spec: str, vocab: int) -> str:
     return f"file:{Path(spec).name}"
 
 
-def _place_tokenizer(out: Path, spec: str, vocab: int, inputs: list[Input]) -> str:
-    """The tokenizer file inside `out` that the workers load (trained here for 'bpe')."""
-    if spec == "byte":
-        if not (out / "tokenizer.json").is_file():
-            with atomic.atomic_path(out / "tokenizer.json") as tmp:
-                ByteTokenizer().save(tmp)
-        return "byte"
+def _kept_tokenizer(out: Path, work: Path, settings: dict, name: str) -> Path | None:
+    """The tokenizer file a prepare with these settings already placed (in `work`, or in `out` for a
+    staging folder): pieces kept from that prepare were made with it."""
+    for folder in dict.fromkeys((work, out)):
+        if _settings_of(folder) == settings and (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _train_bpe(out: Path, work: Path, settings: dict, vocab: int, inputs: list[Input], eod: str) -> Tokenizer | None:
+    """A BPE trained on the training documents only, streamed file by file, with --eod checked; None
+    when one made with these settings is kept."""
+    if _kept_tokenizer(out, work, settings, "tokenizer.json"):
+        return None
+    texts = (d.text for inp in inputs if inp.role != "val" for d in documents_of(inp)
+             if _split_of(d, inp.role) == "train")
+    tok = train_bpe(texts, vocab)
+    eod_id(tok, eod)
+    return tok
+
+
+def _place_tokenizer(out: Path, work: Path, spec: str, settings: dict, trained: Tokenizer | None) -> str:
+    """The tokenizer file inside `work` that the workers load ("byte" for the byte tokenizer)."""
     name = _tokenizer_file(spec)
-    if (out / name).is_file():
-        return name
-    if spec == "bpe":
-        # trained on the training documents only, streamed file by file
-        texts = (d.text for inp in inputs if inp.role != "val" for d in documents_of(inp)
-                 if _split_of(d, inp.role) == "train")
-        tok = train_bpe(texts, vocab)
-        with atomic.atomic_path(out / name) as tmp:
-            tok.save(tmp)
-        return name
-    load_tokenizer(spec)  # a bad file fails here, in one line, before any worker starts
-    with atomic.atomic_path(out / name) as tmp:
-        tmp.write_bytes(Path(spec).read_bytes())
-    return name
+    kept = _kept_tokenizer(out, work, settings, name)
+    if kept is not None and kept.parent != work:
+        _link(kept, work / name)
+    elif kept is None:
+        with atomic.atomic_path(work / name) as tmp:
+            if spec == "byte":
+                ByteTokenizer().save(tmp)
+            elif trained is not None:
+                trained.save(tmp)
+            else:
+                tmp.write_bytes(Path(spec).read_bytes())
+    return "byte" if spec == "byte" else name
 
 
 def _sweep_temp(pieces: Path) -> None:
@@ -359,9 +526,8 @@ def assemble(out: Path, records: list[dict], settings: dict, tok_name: str) -> N
         tok = load_tokenizer(out / "tokenizer.model")
     total = {s: {k: sum(r[s][k] for r in records) for k in ("documents", "tokens", "bytes")} for s in ("train", "val")}
     for s in ("train", "val"):
-        if total[s]["documents"] == 0:
-            raise DataError(f"{settings['corpus']}: the {'training' if s == 'train' else 'validation'} split is empty; "
-                            "the corpus needs more documents")
+        if total[s]["documents"] == 0:  # _check_splits refused this up front; a file changed since
+            raise _empty_split(s, settings["corpus"], settings["val"])
 
     def fp(roles: set[str]) -> str:
         hs = [r["fingerprint"] for r in records if r["role"] in roles]

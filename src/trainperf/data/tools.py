@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from trainperf.config import DataConfig
@@ -24,7 +25,26 @@ def parse_shard(text: str) -> tuple[int, int] | None:
     return i, n
 
 
+def refuse_unused_flags(cfg: DataConfig, seq_len: int, workers: int, shard: tuple[int, int] | None) -> None:
+    """A `data prepare` flag that would change nothing for this kind of dataset or tokenizer is a bad
+    argument: silently ignoring it would leave the user believing it took effect. (--vocab-size is
+    compared with its default: the parsed arguments do not say whether it was typed.)"""
+    unused = []
+    if cfg.tokenizer != "bpe" and cfg.bpe_vocab_size != DataConfig.bpe_vocab_size:
+        unused.append(("--vocab-size", "applies only to --tokenizer bpe (a BPE trained here)"))
+    if cfg.kind == "tokens" and seq_len:
+        unused.append(("--seq-len", "applies only to --kind samples"))
+    if cfg.kind == "samples":
+        for flag, given in (("--eod", cfg.eod), ("--shard", shard), ("--workers", workers)):
+            if given:
+                unused.append((flag, "applies only to --kind tokens"))
+    if unused:
+        flag, why = unused[0]
+        raise UsageError(f"{flag} {why}; drop it")
+
+
 def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple[int, int] | None) -> int:
+    refuse_unused_flags(cfg, seq_len, workers, shard)
     if cfg.kind == "tokens":
         # straight to the pieces: the training pipeline's imports (torch) would cost every prepare
         # seconds of start-up and memory
@@ -43,6 +63,9 @@ def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple
               "command without --shard to assemble the dataset")
         return 0
     m = data.meta
+    _report_skipped(cfg.corpus)
+    if cfg.val:
+        _report_skipped(cfg.val)
     if m.get("kind") == "samples":
         size = (f"{m['train']['rows']:,} train / {m['val']['rows']:,} val samples of {m['row_len']} tokens "
                 f"({m['val']['scored_tokens']:,} scored val tokens)")
@@ -51,6 +74,20 @@ def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple
     print(f"prepared {out}: {size}, validation from the {m['val_source']}, "
           f"{m['tokenizer']} (vocab {m['vocab_size']}), corpus sha256 {m['fingerprint'][:16]}...")
     return 0
+
+
+def _report_skipped(src: str) -> None:
+    """One line (stderr) for the files of a folder source that were not read, so that none is
+    left out unnoticed."""
+    from trainperf.data.corpus import SKIP_DIRS, SUFFIXES
+    from trainperf.data.prepare import skipped_files
+
+    skipped = skipped_files(src)
+    if skipped:
+        shown = ", ".join(p.relative_to(src).as_posix() for p in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        print(f"trainperf: warning: skipped {len(skipped)} file{'s' if len(skipped) > 1 else ''} in {src} ({shown}): "
+              f"only {', '.join(SUFFIXES)} files are read, outside folders named {', '.join(sorted(SKIP_DIRS))}",
+              file=sys.stderr)
 
 
 def describe(path: str) -> dict:
