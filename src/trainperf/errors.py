@@ -69,6 +69,10 @@ class ScoreError(RunError, ValueError):
     """Results that cannot be scored together (none, mixed benchmarks, duplicated seeds)."""
 
 
+class RulesError(ScoreError):
+    """A run's compliance.yaml that is not the rules trainperf wrote (mlperf.score._run_rules)."""
+
+
 class RunDirError(RunError, ValueError):
     """A run directory that cannot be read (missing, half-written or malformed file)."""
 

@@ -28,7 +28,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                        help="lay results out as an MLPerf submission and run the package checker")
     q.add_argument("dirs", nargs="+", type=Path, metavar="RUNDIR")
     q.add_argument("--system", required=True, type=file_name, help="system name (systems/<name>.json)")
-    q.add_argument("--out", required=True, type=Path, help="submission folder to create (must not exist)")
+    q.add_argument("--out", required=True, type=Path, help="submission folder to create (a new or empty folder)")
     q.add_argument("--submitter", default="", help="organization (default: $TRAINPERF_ORG)")
     q.add_argument("--status", default="Research, Development, or Internal (RDI)",
                    help="availability class for systems/<name>.json")
@@ -92,7 +92,6 @@ def cmd_score(args) -> int:
 def cmd_package(args) -> int:
     from trainperf.mlperf.package import package
 
-    atomic.check_out(args.out, "package")
     res = package(args.dirs, args.system, args.out, submitter=args.submitter, status=args.status)
     if args.json:
         print(json.dumps({"out": str(res.out), "files": [str(f) for f in res.files], "to_fill": res.to_fill,

@@ -51,8 +51,9 @@ def check_log(log: Path, ruleset: str, config: Path | None = None) -> CheckResul
         cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "cc.log")]
         if config is not None:
-            cmd += ["--config", str(Path(config).resolve())]
-        proc = subprocess.run(cmd + [str(Path(log).resolve())], capture_output=True, text=True, cwd=tmp)
+            cmd += ["--config", str(Path(config).absolute())]
+        # absolute, not resolved: the checker runs in `tmp`, and resolve() raises on a symlink loop
+        proc = subprocess.run(cmd + [str(Path(log).absolute())], capture_output=True, text=True, cwd=tmp)
     out = proc.stdout + proc.stderr
     passed = proc.returncode == 0 and "SUCCESS" in out
     errors = [] if passed else (parse_messages(out) or [out.strip().splitlines()[-1] if out.strip() else "no output"])

@@ -24,8 +24,8 @@ from pathlib import Path
 import trainperf
 from trainperf import atomic
 from trainperf.mlperf.benchmarks import OFFICIAL
-from trainperf.errors import UsageError
-from trainperf.mlperf.score import RunLog, ScoreError, find_results, read_log
+from trainperf.errors import OutError, UsageError
+from trainperf.mlperf.score import RunLog, ScoreError, find_results, one_benchmark, read_log
 
 # The fields `system_desc_checker` requires (mlperf-logging 4.1.68), in its order.
 SYSTEM_FIELDS = (
@@ -104,21 +104,35 @@ def system_description(name: str, submitter: str, status: str, runs: list[RunLog
     return desc, to_fill
 
 
+def check_out(out: Path) -> None:
+    """A submission tree goes to a new or empty folder, never into or over files: the package checker
+    reads every file under it. Nor is it marked as trainperf's output (a `.trainperf` file would be
+    one file too many in a submission), so `atomic.check_out` cannot tell an earlier package from
+    someone else's folder; an earlier package is recognized by its layout instead."""
+    if out.is_dir() and any(out.iterdir()):
+        kind = atomic.out_kind(out)
+        if kind:
+            what = f"it is trainperf's {kind} folder, not a package folder"
+        elif (out / "systems").is_dir() and (out / "results").is_dir():
+            what = "it holds a submission tree (an earlier `trainperf package`)"
+        else:
+            what = "the folder holds files"
+        raise OutError(f"--out {out}: {what}; a submission tree goes to a new or empty folder and is never "
+                       "written over")
+    atomic.check_out(out, "package")  # a file, or a place that cannot be written
+
+
 def package(dirs: list[Path], system: str, out: Path, submitter: str = "", status: str = STATUSES[2],
             run_checker: bool = True) -> PackageResult:
-    """Copy the logs into a new submission tree at `out` (which must not exist) and check it."""
+    """Copy the logs into a new submission tree at `out` (a new or empty folder) and check it."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", system):
         raise UsageError(f"--system {system!r}: a name, not a path: letters, digits, '_', '-', '.', starting with "
                          "a letter or digit (it becomes a file name)")
     if status not in STATUSES:
         raise UsageError(f"--status {status!r}: one of {', '.join(STATUSES)}")
-    if out.exists():
-        raise ScoreError(f"{out}: exists; a submission tree is never written over")
+    check_out(out)
     runs = [read_log(p) for p in find_results(dirs)]
-    names = {r.benchmark for r in runs}
-    if len(names) != 1 or None in names:
-        raise ScoreError(f"one benchmark per package, found: {', '.join(sorted(map(str, names)))}")
-    bench = names.pop()
+    bench = one_benchmark(runs)
     seeds = [r.seed for r in runs if r.seed is not None]
     if len(seeds) != len(set(seeds)):
         raise ScoreError("duplicated seeds among the runs; MLPerf runs need distinct seeds")

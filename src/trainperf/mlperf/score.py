@@ -19,18 +19,20 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import ScoreError
+from trainperf.errors import RulesError, ScoreError
 from trainperf.mlperf.benchmarks import OFFICIAL
 from trainperf.mlperf.check import CheckResult, check_log
-from trainperf.mlperf.logger import RULES_DIR
+from trainperf.mlperf.logger import RULES_DIR, render_rules
 
 
 @dataclass
@@ -111,8 +113,18 @@ class RunLog:
         return head + f" ({self.wall_minutes:.4f} min); not counted (--count-restarts scores it so)"
 
 
+# The longest `:::MLLOG` line a result log may hold. Real lines are a few hundred characters (the
+# longest, hyperparameter and system events, stay under a few KB); the official checker's time grows
+# with the square of a line's length (64K characters: 1.6 s, 256K: 22 s, 1M: minutes), so a longer
+# line is refused before the checker sees it. 16K is several times any real line and checks in
+# about 0.1 s. Other lines are not screened: the checker skips them at once, and a submission's log
+# may carry a program's long stdout lines.
+MAX_MLLOG_LINE = 16 * 1024
+
+
 def read_log(path: Path) -> RunLog:
-    """Parse the `:::MLLOG` lines of one result log (a line cut short is counted, not fatal)."""
+    """Parse the `:::MLLOG` lines of one result log (a line cut short is counted, not fatal; a line
+    longer than MAX_MLLOG_LINE is a ScoreError naming it)."""
     run = RunLog(path)
     start = stop = None
     last_eval: dict | None = None
@@ -120,9 +132,13 @@ def read_log(path: Path) -> RunLog:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise ScoreError(f"{path}: cannot read ({e.strerror})") from None
-    for line in text.splitlines():
+    # split at "\n" only, so that the line number is the one an editor shows
+    for lineno, line in enumerate(text.split("\n"), 1):
         if ":::MLLOG" not in line:
             continue
+        if len(line) > MAX_MLLOG_LINE:
+            raise ScoreError(f"{path}:{lineno}: a :::MLLOG line of {len(line):,} characters (real ones are a "
+                             f"few hundred; at most {MAX_MLLOG_LINE:,} are checked); not a result log")
         try:
             rec = json.loads(line.split(":::MLLOG", 1)[1])
             key, value, meta = rec["key"], rec.get("value"), rec.get("metadata") or {}
@@ -212,8 +228,18 @@ def find_results(dirs: list[Path]) -> list[Path]:
         if not here:
             raise ScoreError(f"{d}: no result_*.txt here or in its subdirectories")
         found.extend(here)
-    uniq = list(dict.fromkeys(p.resolve() for p in found))
-    return uniq
+    return list(dict.fromkeys(_resolve(p) for p in found))
+
+
+def _resolve(path: Path) -> Path:
+    """`path` with its symlinks followed (so a log named twice is read once), or a ScoreError naming
+    it: a symlink loop, or a link through something that is not a folder."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError) as e:  # RuntimeError: Python < 3.13 reports a symlink loop so
+        why = "a symlink loop" if isinstance(e, RuntimeError) or getattr(e, "errno", None) == errno.ELOOP \
+            else (e.strerror or str(e)).lower()
+        raise ScoreError(f"{path}: cannot be read ({why})") from None
 
 
 def restart_info(run: RunLog) -> tuple[int, float | None]:
@@ -247,12 +273,62 @@ def checker_rules(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
         return OFFICIAL[benchmark][0], None
     own = log_dir / "compliance.yaml"
     if own.is_file():
-        return "6.1.0", own
+        return "6.1.0", _run_rules(own, benchmark)
     ours = RULES_DIR / f"{benchmark}.yaml"
     if ours.is_file():
         return "6.1.0", ours
     raise ScoreError(f"{log_dir}: no compliance rules for benchmark '{benchmark}' (official: "
                      f"{', '.join(OFFICIAL)}; trainperf's own: {', '.join(p.stem for p in RULES_DIR.glob('*.yaml'))})")
+
+
+# The quality-target line `render_rules` writes into a run's compliance.yaml.
+_TARGET_LINE = re.compile(r"""    ATLEAST_ONE_CHECK: "\(v\['value'\] <= (\S+)\) and v\['value'\] > 0\.0"$""", re.M)
+
+
+def _run_rules(own: Path, benchmark: str) -> Path:
+    """The run's compliance.yaml, once it is shown to be trainperf's own rules for `benchmark` with
+    one quality target put in (what `trainperf run` writes: `logger.render_rules`), else a ScoreError.
+
+    The official checker runs whatever rules it is given and passes a log against an empty or cut
+    short file (no rule, no failure), so a file that is not exactly those rules would turn the checks
+    off. It is refused, not replaced by trainperf's own rules: the run claimed its own target, and
+    checking it against another one would score something the run did not claim."""
+    try:
+        text = own.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RulesError(f"{own}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    found = _TARGET_LINE.findall(text)
+    target: float | int | None = None
+    if len(found) == 1:
+        try:
+            target = int(found[0])
+        except ValueError:
+            try:
+                target = float(found[0])
+            except ValueError:
+                pass
+    same = False
+    if target is not None and (RULES_DIR / f"{benchmark}.yaml").is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            same = render_rules(benchmark, target, Path(tmp) / "rules.yaml").read_text(encoding="utf-8") == text
+    if not same:
+        raise RulesError(f"{own}: not the compliance rules trainperf writes for {benchmark} (empty, cut short or "
+                         f"edited); the checker would pass any log against it. Delete it to check against "
+                         f"trainperf's own rules (`trainperf rules {benchmark}`, the recipe's default target)")
+    claimed = _config_target(own.parent)
+    if claimed is not None and claimed != target:
+        raise RulesError(f"{own}: quality target {target!r}, but the run's config.json says {claimed!r}; "
+                         "the log is checked against the target the run trained for")
+    return own
+
+
+def _config_target(run_dir: Path) -> float | None:
+    """The quality target in the run's config.json (recipe.eval.target), None where it has none."""
+    try:
+        v = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))["recipe"]["eval"]["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def required_runs(benchmark: str, log_dir: Path) -> int:
@@ -415,6 +491,20 @@ class Report:
         }
 
 
+def one_benchmark(runs: list[RunLog]) -> str:
+    """The benchmark all of `runs` are logs of (scored and packaged together), or a ScoreError naming
+    the logs that name none or that differ."""
+    nameless = [str(r.path) for r in runs if r.benchmark is None]
+    if nameless:
+        more = f" (and {len(nameless) - 3} more)" if len(nameless) > 3 else ""
+        raise ScoreError(f"{', '.join(nameless[:3])}{more}: no submission_benchmark line; not an MLPerf result log")
+    names = sorted({str(r.benchmark) for r in runs})
+    if len(names) > 1:
+        by = {n: next(str(r.path) for r in runs if r.benchmark == n) for n in names}
+        raise ScoreError("logs of different benchmarks: " + "; ".join(f"{n} ({p})" for n, p in by.items()))
+    return names[0]
+
+
 def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
     """Check, score and RCP-check the result logs in `dirs` (one benchmark). A restarted run counts
     as failed unless `count_restarts`, which scores it at its whole wall clock."""
@@ -423,20 +513,13 @@ def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
     for r in runs:
         r.restarts, r.wall_minutes = restart_info(r)
         r.count_restarts = count_restarts
-    names = {r.benchmark for r in runs}
-    if None in names:
-        bad = next(r for r in runs if r.benchmark is None)
-        raise ScoreError(f"{bad.path}: no submission_benchmark line; not an MLPerf result log")
-    if len(names) > 1:
-        by = {n: next(str(r.path) for r in runs if r.benchmark == n) for n in sorted(names)}
-        raise ScoreError("logs of different benchmarks: " + "; ".join(f"{n} ({p})" for n, p in by.items()))
+    benchmark = one_benchmark(runs)
     seen: dict[int, Path] = {}
     for r in runs:
         if r.seed is not None and r.seed in seen:
             raise ScoreError(f"seed {r.seed} appears in {seen[r.seed]} and {r.path}; MLPerf runs need distinct seeds")
         if r.seed is not None:
             seen[r.seed] = r.path
-    benchmark = names.pop()
     ruleset = ""
     for r in runs:
         ruleset, config = checker_rules(benchmark, r.path.parent)

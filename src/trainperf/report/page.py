@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,9 @@ from pathlib import Path
 import trainperf
 from trainperf import atomic
 from trainperf.report import plots
+from trainperf.errors import UsageError, file_error
 from trainperf.report.rundir import RunData, RunDirError, expand_run_dirs, load_run
-from trainperf.report.scaling import PlanError, load_plan, load_published, published_csv
+from trainperf.report.scaling import load_plan, load_published, published_csv, read_published
 from trainperf.report.verdict import Score, Verdict, compliance, score_runs
 
 
@@ -137,15 +139,57 @@ def _figure(name: str, png: bytes, caption: str) -> str:
             f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>")
 
 
+def _write_all(out: Path, files: list[tuple[str, bytes]]) -> None:
+    """Write `files` into `out` so that they appear together or not at all: each is first written
+    whole under a temporary name, and only when all are there are they renamed to their names
+    (index.html last). On a failure (a full disk) the temporary files go, and `out` too when this
+    call made it, so no partial report is left beside an earlier one or alone."""
+    made = not out.exists()
+    staged: list[tuple[Path, Path]] = []
+    doing = ("creating", out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in files:
+            tmp = atomic.temp_name(out / name)
+            staged.append((tmp, out / name))
+            doing = ("writing", out / name)  # the error names the file the user would have got
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException as e:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        if made:
+            try:
+                out.rmdir()  # only if empty: never anything this call did not write
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise file_error(e, *doing) from e
+        raise
+    for tmp, final in staged:  # renames within a folder: no space needed, nothing left half-done
+        try:
+            tmp.replace(final)
+        except OSError as e:
+            raise file_error(e, "writing", final) from e
+    atomic.sync_dir(out)
+
+
 def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | Path] = (),
                  check: bool = True, force: bool = False, published: Path | None = None,
                  benchmarks: list[str] = ()) -> Report:
     """Write `out/index.html` and the PNGs it shows; returns what was written and the verdicts.
 
     `benchmarks` name the benchmark of plans whose JSON does not (one for all, or one per plan)."""
+    # --benchmark and --published are about plans: without one they would be silently ignored
+    if benchmarks and not plans:
+        raise UsageError("report: --benchmark names the benchmark of a --plan JSON; no --plan given")
+    if published is not None and not plans:
+        raise UsageError("report: --published is drawn beside a --plan scaling curve; no --plan given")
     if benchmarks and len(benchmarks) not in (1, len(plans)):
-        raise RunDirError(f"report: {len(benchmarks)} --benchmark names for {len(plans)} --plan files "
-                          "(give one for all, or one per plan)")
+        raise UsageError(f"report: {len(benchmarks)} --benchmark names for {len(plans)} --plan files "
+                         "(give one for all, or one per plan)")
     if not run_dirs and not plans:
         raise RunDirError("report: give at least one run directory (or a --plan JSON)")
     out = Path(out)
@@ -159,8 +203,12 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
             raise RunDirError(f"{run.path}: given twice")
         seen[key] = run.name
     plan_data = [load_plan(p) for p in plans]
-    if published is not None and not Path(published).is_file():
-        raise PlanError(f"{published}: no such file (--published)")
+    for j, (bench, _) in enumerate(plan_data):
+        named = benchmarks[0] if len(benchmarks) == 1 else benchmarks[j] if benchmarks else None
+        if bench and named and named != bench:
+            raise UsageError(f"report: --benchmark {named} for {plans[j]}, which names {bench}")
+    if published is not None:
+        read_published(Path(published))  # a file the user named is checked even where no plan needs it
     verdicts = [compliance(r) if check else Verdict("n/a", "not checked (--no-check)") for r in runs]
     scores = score_runs(runs, verdicts) if runs else []
 
@@ -193,11 +241,7 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         figures.append((f"scaling{'' if j == 0 else j + 1}.png", plots.fig_scaling(bench, points, pub),
                         f"Predicted time to train vs GPU count ({Path(plans[j]).name}); {note}"))
 
-    out.mkdir(parents=True, exist_ok=True)
-    images = []
-    for name, png, _ in figures:
-        atomic.write_bytes(out / name, png)
-        images.append(out / name)
+    images = [out / name for name, _, _ in figures]
 
     title = "trainperf report"
     if runs:
@@ -217,5 +261,5 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         parts.append(_figure(name, png, caption))
     parts.append("</main></body></html>\n")
     index = out / "index.html"
-    atomic.write_bytes(index, "\n".join(parts).encode("utf-8"))
+    _write_all(out, [(name, png) for name, png, _ in figures] + [(index.name, "\n".join(parts).encode("utf-8"))])
     return Report(index=index, runs=[r.path for r in runs], images=images, verdicts=verdicts, scores=scores)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainperf.atomic import read_json
+from trainperf.atomic import file_error, read_json
 from trainperf.errors import RunDirError
 from trainperf.mlperf.score import read_log
 
@@ -105,22 +105,40 @@ def _read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         raise RunDirError(f"{path}: missing; not a trainperf run directory (no metrics)")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise RunDirError(f"{path}:{i}: not a JSON line (a truncated or half-written file?)") from None
-            if not isinstance(row, dict) or "kind" not in row:
-                raise RunDirError(f"{path}:{i}: a metrics row needs a 'kind'")
-            rows.append(row)
+    try:
+        with open(path, "rb") as f:  # bytes, decoded line by line, so a bad byte is named with its line
+            for i, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise RunDirError(f"{path}:{i}: not UTF-8 text (a corrupt file?)") from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    raise RunDirError(f"{path}:{i}: not a JSON line (a truncated or half-written file?)") from None
+                if not isinstance(row, dict) or "kind" not in row:
+                    raise RunDirError(f"{path}:{i}: a metrics row needs a 'kind'")
+                rows.append(row)
+    except OSError as e:
+        raise file_error(e, "reading", path) from e
     return rows
 
 
+# The keys each kind of metrics row must hold, and the numbers a row or summary may hold: the
+# report draws and formats them as numbers. None: a value that may be null (no peak FLOPs, no MFU).
 _NEEDS = {"train": ("step", "tokens_per_s", "mfu", "elapsed_s"),
           "eval": ("step", "eval_loss", "elapsed_s")}
+_ROW_NUMBERS = {"step": False, "tokens_per_s": False, "mfu": True, "elapsed_s": False, "eval_loss": False,
+                "loss": False, "lr": False, "samples": False, "nats_per_byte": True, "token_loss": True}
+_SUMMARY_NUMBERS = {"time_to_train_s": False, "last_attempt_s": True, "final_eval_loss": False, "target": False,
+                    "tokens": False, "tokens_per_s": False, "mfu": True, "restarts": True,
+                    "resumed_from_step": True}
+
+
+def _is_number(v, nullable: bool) -> bool:
+    return (v is None and nullable) or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def _check_rows(rows: list[dict], metrics_path: Path) -> None:
@@ -128,6 +146,23 @@ def _check_rows(rows: list[dict], metrics_path: Path) -> None:
         for key in _NEEDS.get(row["kind"], ()):
             if key not in row:
                 raise RunDirError(f"{metrics_path}: row {i} ({row['kind']}) lacks '{key}'")
+        if row["kind"] in _NEEDS:
+            for key, nullable in _ROW_NUMBERS.items():
+                if key in row and not _is_number(row[key], nullable):
+                    raise RunDirError(f"{metrics_path}: row {i} ({row['kind']}): '{key}' is {row[key]!r}, not a number")
+
+
+def _check_summary(summary: dict, path: Path) -> None:
+    for key in ("benchmark", "status", "time_to_train_s"):
+        if key not in summary:
+            raise RunDirError(f"{path}: lacks '{key}'")
+    for key, nullable in _SUMMARY_NUMBERS.items():
+        if key in summary and not _is_number(summary[key], nullable):
+            raise RunDirError(f"{path}: '{key}' is {summary[key]!r}, not a number")
+    breakdown = summary.get("time_breakdown_s")
+    if breakdown is not None and not (isinstance(breakdown, dict)
+                                      and all(_is_number(v, False) for v in breakdown.values())):
+        raise RunDirError(f"{path}: 'time_breakdown_s' is {breakdown!r}, not an object of seconds")
 
 
 def _run_start_ms(log: Path) -> float | None:
@@ -147,6 +182,9 @@ def _load_attempts(path: Path, seed) -> list[Attempt]:
         rows = _read_metrics(metrics) if metrics.is_file() else []
         _check_rows(rows, metrics)
         info = read_json(d / "attempt.json", RunDirError) if (d / "attempt.json").is_file() else {}
+        for key in ("reached_step", "resumed_from_step"):
+            if not _is_number(info.get(key), True):
+                raise RunDirError(f"{d / 'attempt.json'}: '{key}' is {info[key]!r}, not a number")
         logs = sorted(d.glob(f"result_{seed}.txt" if seed is not None else "result_*.txt"))
         out.append(Attempt(number=n, train=[r for r in rows if r["kind"] == "train"],
                            evals=[r for r in rows if r["kind"] == "eval"], started_from_step=started,
@@ -171,9 +209,7 @@ def load_run(path: str | Path) -> RunData:
         raise RunDirError(f"{path / 'summary.json'}: missing; the run is half-written (still running or "
                           f"stopped early: metrics.jsonl has {len(rows)} rows, {n_evals} evals, no 'end' row)")
     summary = read_json(path / "summary.json", RunDirError)
-    for key in ("benchmark", "status", "time_to_train_s"):
-        if key not in summary:
-            raise RunDirError(f"{path / 'summary.json'}: lacks '{key}'")
+    _check_summary(summary, path / "summary.json")
     config = read_json(path / "config.json", RunDirError) if (path / "config.json").exists() else {}
     start = next((r for r in rows if r["kind"] == "start"), {})
     seed = summary.get("seed")

@@ -9,12 +9,13 @@ object, with its `vs` plan; or such lists nested under keys, where a key may nam
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import trainperf
-from trainperf.atomic import read_json
+from trainperf.atomic import file_error, read_json
 from trainperf.errors import PlanError
 
 
@@ -96,24 +97,56 @@ def _bench_matches(plan_bench: str, csv_bench: str) -> bool:
     return a == b or a.startswith(b + "_") or b.startswith(a + "_")
 
 
+# The columns a published-results CSV must have (the package's copy has them), besides a GPU count
+# under one of _COUNT_KEYS: without them no row could be drawn, so the file is refused, not ignored.
+PUBLISHED_COLUMNS = ("benchmark", "accelerator", "minutes")
+
+
+def read_published(path: Path) -> list[dict]:
+    """The rows of a published-results CSV, or a PlanError naming the file: missing, unreadable, not
+    UTF-8 text, not CSV, or lacking PUBLISHED_COLUMNS or a GPU count column."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
+    except FileNotFoundError:
+        raise PlanError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: not UTF-8 text; not a CSV of published results") from None
+    except csv.Error as e:
+        raise PlanError(f"{path}: not a CSV of published results ({e})") from None
+    except OSError as e:
+        raise file_error(e, "reading", path) from e
+    missing = [c for c in PUBLISHED_COLUMNS if c not in header]
+    if not any(k in header for k in _COUNT_KEYS):
+        missing.append("a GPU count (" + " / ".join(_COUNT_KEYS) + ")")
+    if missing:
+        shown = ", ".join(h[:40] for h in header[:8]) + (", ..." if len(header) > 8 else "")
+        raise PlanError(f"{path}: not a CSV of published results: no column {', '.join(missing)} "
+                        f"(its columns: {shown or 'none'})")
+    return rows
+
+
 def load_published(benchmark: str | None, kinds: set[str], path: Path | None = None) -> list[Point]:
-    """Published results of `benchmark` on the GPU kinds in `kinds`; [] when the CSV is absent."""
+    """Published results of `benchmark` on the GPU kinds in `kinds`; [] when the package's CSV is
+    absent. A CSV that is there but is not one is a PlanError (`read_published`)."""
     path = path or published_csv()
     if not path.is_file() or benchmark is None:
         return []
     points = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                count = int(float(_first(row, _COUNT_KEYS) or 0))
-                minutes = float(row.get("minutes") or 0)
-            except ValueError:
-                continue
-            kind = canonical_kind(row.get("accelerator", ""))
-            if count <= 0 or minutes <= 0 or kind not in kinds:
-                continue
-            if not _bench_matches(benchmark, row.get("benchmark", "")):
-                continue
-            label = f"{row.get('submitter', '')} {row.get('version') or row.get('round', '')}".strip()
-            points.append(Point(kind, count, minutes, label))
+    for row in read_published(path):
+        try:
+            count = int(float(_first(row, _COUNT_KEYS) or 0))
+            minutes = float(row.get("minutes") or 0)
+        except (ValueError, OverflowError):  # a row without numbers (or "inf") is not a result
+            continue
+        # a short row holds None in its missing columns
+        kind = canonical_kind(row.get("accelerator") or "")
+        if count <= 0 or not 0 < minutes < math.inf or kind not in kinds:
+            continue
+        if not _bench_matches(benchmark, row.get("benchmark") or ""):
+            continue
+        label = f"{row.get('submitter', '')} {row.get('version') or row.get('round', '')}".strip()
+        points.append(Point(kind, count, minutes, label))
     return points

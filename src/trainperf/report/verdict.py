@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainperf.errors import RulesError
 from trainperf.mlperf.check import check_log
 from trainperf.mlperf.score import ScoreError, checker_rules, olympic_score, read_log, required_runs
 from trainperf.report.rundir import RunData
@@ -36,9 +37,15 @@ def compliance(run: RunData) -> Verdict:
         return Verdict("n/a", "no result_*.txt in the run directory")
     try:
         ruleset, config = checker_rules(_log_benchmark(run), run.path)
+    except RulesError as e:  # the run's own rules file is refused: nothing shows the run complies
+        return Verdict("fail", str(e))
     except ScoreError as e:
         return Verdict("n/a", str(e))
     for log in logs:
+        try:  # an unreadable log, or one with a line too long for the checker, fails before it runs
+            read_log(log)
+        except ScoreError as e:
+            return Verdict("fail", str(e))
         res = check_log(log, ruleset, config)
         if not res.passed:
             return Verdict("fail", f"{log.name}: {res.errors[0] if res.errors else _last_line(res.output)}")
