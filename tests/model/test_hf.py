@@ -357,3 +357,14 @@ def test_a_size_past_int32_is_refused_before_anything_is_built(tmp_path, key):
     (path / "config.json").write_text(json.dumps({**raw, key: 10**30}))
     with pytest.raises(WeightsError, match=rf"{key}=10+ is beyond 2147483647"):
         read_hf_config(path)
+
+
+@pytest.mark.parametrize("change, msg", [({"rms_norm_eps": float("nan")}, r"rms_norm_eps=nan: must be a finite number > 0"),
+                                         ({"rope_theta": -5, "rope_parameters": {"rope_type": "default", "rope_theta": -5}},
+                                          r"rope_theta=-5.0: must be a finite number > 0")])
+def test_scales_must_be_finite_and_positive(tmp_path, change, msg):
+    _, path = _llama(tmp_path)
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**raw, **change}))
+    with pytest.raises(WeightsError, match=msg):
+        read_hf_config(path)

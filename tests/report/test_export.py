@@ -12,6 +12,7 @@ from trainperf.config import load_recipe
 from trainperf.data.tokenizer import ByteTokenizer
 from trainperf.model.transformer import Transformer
 from trainperf.parallel.env import DistEnv
+from trainperf.errors import RunDirError
 from trainperf.report.export import ExportError, export_hf, load_model
 from trainperf.train.save import save_final
 
@@ -130,7 +131,7 @@ def test_export_refuses_unknown_layout_and_existing_dir(tmp_path, capsys):
     cfg = json.loads((run / "config.json").read_text())
     cfg["trainperf_model"]["family"] = "mamba"
     (run / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ExportError, match="mamba"):
+    with pytest.raises(RunDirError, match="trainperf_model.family: must be 'llama' or 'gpt', got 'mamba'"):
         export_hf(run, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
     assert main(["export", str(tmp_path / "nope"), "--out", str(tmp_path / "hf2")]) == 1
@@ -144,7 +145,7 @@ def test_sample_continues_the_prompt_reproducibly(run_dir, capsys):
     assert first.startswith("def ") and len(first.rstrip("\n")) > len("def ")
     assert main(args) == 0
     assert capsys.readouterr().out == first
-    assert main(["sample", str(run_dir), "--prompt", "", "--max-new-tokens", "5"]) == 1
+    assert main(["sample", str(run_dir), "--prompt", "", "--max-new-tokens", "5"]) == 2  # a bad argument
     assert "prompt" in capsys.readouterr().err
 
 

@@ -31,15 +31,19 @@ def model_toml(cfg) -> str:
 
 
 def cmd_import_hf(args) -> int:
-    from safetensors.torch import save_file
-
     from trainperf.model.hf import read_hf_checkpoint, read_hf_config
+    from trainperf.model.weights import save_tensors
 
     out: Path = args.out
     if out.is_dir():
         raise OutError(f"--out {out}: is a folder; give the .safetensors file to write")
     if out.exists() and not args.force:
         raise RunError(f"{out}: exists; pass --force to replace it")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():  # checked before the checkpoint is read: mkdir would only say "exists"
+        raise OutError(f"--out {out}: {parent} is a file, not a folder")
     like = None
     if args.overrides and not args.recipe:
         raise UsageError("import-hf: --set needs --recipe")
@@ -49,7 +53,7 @@ def cmd_import_hf(args) -> int:
     cfg, sd = read_hf_checkpoint(args.hf_dir, like=like)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(out) as tmp:  # a crash never leaves a half-written checkpoint under the final name
-        save_file(sd, str(tmp), metadata={"format": "pt", "converted_from": str(args.hf_dir)})
+        save_tensors(sd, tmp, metadata={"format": "pt", "converted_from": str(args.hf_dir)})
     n = sum(t.numel() for t in sd.values())
     print(f"wrote {out}: {len(sd)} tensors, {n:,} parameters in trainperf's names"
           + (f"; matches recipe {args.recipe}" if args.recipe else ""))

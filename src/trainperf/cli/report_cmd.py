@@ -43,8 +43,6 @@ def cmd_sample(args) -> int:
     from trainperf.report.sample import sample
 
     check_devices(1, args.device)  # --device cuda without CUDA: one line, before the model is read
-    if args.temperature < 0:
-        raise UsageError("--temperature must be >= 0 (0: always the most likely token)")
     texts = sample(args.run_dir, args.prompt, args.max_new_tokens, args.num_samples, args.temperature,
                    args.top_k, args.seed, args.device)
     for i, text in enumerate(texts):

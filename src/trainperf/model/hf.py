@@ -11,7 +11,9 @@
   fewer k/v heads; anything else that trainperf cannot compute is a WeightsError.
 
 Reading goes tensor by tensor through `safetensors.safe_open`, single-file or sharded
-(`model.safetensors.index.json`), so loading a big model never holds it twice.
+(`model.safetensors.index.json`), so loading a big model never holds it twice. What is read is
+what the folder holds: shards are files inside it, every tensor is floating point and finite, and
+every tensor has a place in the model (nothing is dropped on the way).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,7 +239,7 @@ class HFTensors:
         if index.is_file():
             try:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-                self._file = {k: self.path / v for k, v in weight_map.items()}
+                self._file = {k: self._shard(index, k, v) for k, v in weight_map.items()}
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
                 raise WeightsError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
         elif single.is_file():
@@ -248,6 +251,22 @@ class HFTensors:
         else:
             raise WeightsError(f"{self.path}: no model.safetensors or model.safetensors.index.json "
                                   "(PyTorch .bin checkpoints are not read: re-save with safe_serialization)")
+
+    def _shard(self, index: Path, key: str, name: object) -> Path:
+        """The file `index` names for tensor `key`: a plain file name inside the folder. An index is
+        data (it comes with a download); a name with a separator or `..`, or a link out of the folder,
+        would read any file the user can."""
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise WeightsError(f"{index}: weight_map['{key}'] = {name!r} is not a file name in {self.path}")
+        file = self.path / name
+        if file.is_symlink() and not _inside(file.resolve(), _link_root(self.path)):
+            raise WeightsError(f"{index}: weight_map['{key}'] = {name!r} is a link out of {self.path} "
+                               f"(to {file.resolve()})")
+        return file
+
+    def stored(self) -> set[str]:
+        """Every tensor name the checkpoint holds, as stored."""
+        return set(self._file)
 
     def _key(self, key: str) -> str:
         if key in self._file:
@@ -271,9 +290,33 @@ class HFTensors:
         file = self._file[stored]
         try:
             with safe_open(str(file), framework="pt") as f:
-                return f.get_tensor(stored)
+                t = f.get_tensor(stored)
         except (SafetensorError, OSError) as e:
             raise WeightsError(f"{file}: cannot read '{stored}' ({e})") from None
+        check_values(t, file, stored)
+        return t
+
+
+def _link_root(folder: Path) -> Path:
+    """Where a link in `folder` may point: inside it, or, for a huggingface_hub cache snapshot
+    (`models--org--name/snapshots/<rev>/`, whose files are links to `../../blobs/<hash>`), inside
+    that model's cache folder."""
+    folder = folder.resolve()
+    return folder.parent.parent if folder.parent.name == "snapshots" else folder
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_values(t: torch.Tensor, file: Path, key: str) -> None:
+    """Refuse a weight no model parameter can take as it is: an integer or boolean tensor (no trained
+    weight is one; copying it into a float parameter would cast it silently) or a NaN / infinity
+    (every logit after it would be NaN)."""
+    if not t.is_floating_point():
+        raise WeightsError(f"{file}: '{key}' is {str(t.dtype).removeprefix('torch.')}, not a floating-point tensor")
+    if not bool(torch.isfinite(t).all()):
+        raise WeightsError(f"{file}: '{key}' holds NaN or infinite values")
 
 
 def check_matches(hf: ModelConfig, model: ModelConfig, where: Path) -> None:
@@ -315,13 +358,40 @@ def _fold_kv(t: torch.Tensor, hf_heads: int, kv_heads: int, key: str, file: Path
     return heads[:, 0].reshape(-1, *t.shape[1:]).clone()
 
 
+# Buffers some exporters save beside the weights: computed values, not learned ones, that trainperf
+# computes itself: GPT-2's causal mask (`attn.bias`, `attn.masked_bias`) and Llama's RoPE frequencies.
+_BUFFERS = re.compile(r"(.*\.)?(h\.\d+\.attn\.(bias|masked_bias)|layers\.\d+\.self_attn\.rotary_emb\.inv_freq)")
+_EMBEDDING = {"llama": "model.embed_tokens.weight", "gpt": "transformer.wte.weight"}
+
+
+def _check_all_used(tensors: HFTensors, hf_rules: list[Rule], cfg: ModelConfig) -> None:
+    """Refuse a checkpoint holding tensors the conversion would not take (a layer past n_layer, a
+    head beside a tied embedding): the model would silently be another one than the file. A tied
+    head that is an exact copy of the embedding is what some exporters write, and is the same model."""
+    extra = tensors.stored() - {tensors._key(r.hf) for r in hf_rules}
+    extra = {k for k in extra if not _BUFFERS.fullmatch(k)}
+    head = tensors._key("lm_head.weight")
+    if cfg.tie_embeddings and head in extra:
+        emb = _EMBEDDING[cfg.family]
+        if not torch.equal(tensors.get(head), tensors.get(emb)):
+            raise WeightsError(f"{tensors.file_of(head)}: '{head}' differs from '{tensors._key(emb)}', but "
+                               "config.json ties them (tie_word_embeddings); set it to false to keep the head")
+        extra.discard(head)
+    if extra:
+        first = sorted(extra)[0]
+        raise WeightsError(f"{tensors.file_of(first)}: {len(extra)} tensor(s) config.json has no place for, "
+                           f"e.g. '{first}' (the weights do not match config.json)")
+
+
 def iter_converted(tensors: HFTensors, cfg: ModelConfig,
                    hf_cfg: ModelConfig) -> Iterator[tuple[str, str, torch.Tensor]]:
     """(trainperf name, HF name, tensor) for every tensor of a plain `cfg` model, read one at a time
     from the checkpoint of `hf_cfg` and rearranged into trainperf's layout (shapes unchecked)."""
     # HF's layout: every k/v head stored, biases always there for gpt2
     hf_layout = dataclasses.replace(cfg, n_kv_head=hf_cfg.kv_heads, bias=cfg.bias or cfg.family == "gpt")
-    for r in rules(hf_layout):
+    hf_rules = rules(hf_layout)
+    _check_all_used(tensors, hf_rules, cfg)
+    for r in hf_rules:
         t = tensors.get(r.hf)
         if r.conv1d and t.dim() == 2:
             t = t.t()

@@ -13,6 +13,8 @@ model (LlamaConfig's 32 layers of 4096), and save_pretrained writes every size.
 
 from __future__ import annotations
 
+import math
+
 from trainperf.config import ModelConfig, oversized
 from trainperf.errors import TrainperfError
 
@@ -82,8 +84,9 @@ class _Reader:
 
     def number(self, key: str, default: float) -> float:
         v = self.raw.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.fail(key, "must be a number")
+        # the numbers read are epsilons and RoPE's base: each a positive, finite scale
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise self.fail(key, "must be a finite number > 0")
         return float(v)
 
 
@@ -143,6 +146,8 @@ def _llama(r: _Reader, kind: str, seq: int) -> tuple[ModelConfig, list[str]]:
         theta, rope_type, rp = rope_of(raw)
     except (AttributeError, TypeError, ValueError):
         raise r.error(f"{r.where}: rope_theta must be a number, rope_scaling and rope_parameters mappings") from None
+    if not (math.isfinite(theta) and theta > 0):
+        raise r.error(f"{r.where}: rope_theta={theta!r}: must be a finite number > 0 (RoPE's base wavelength)")
     scaling = {}
     if rope_type == "llama3":
         try:

@@ -9,6 +9,8 @@ it loads. Adapters are saved and loaded as their own small file.
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -35,6 +37,7 @@ class _LazyFile:
             self._f = safe_open(str(path), framework="pt")
         except (SafetensorError, OSError) as e:
             raise WeightsError(f"{path}: not a readable safetensors file ({e})") from None
+        self.path = path
         self._keys = set(self._f.keys())
 
     def __contains__(self, key: str) -> bool:
@@ -47,7 +50,9 @@ class _LazyFile:
         return len(self._keys)
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self._f.get_tensor(key)
+        t = self._f.get_tensor(key)
+        hf.check_values(t, self.path, key)
+        return t
 
     def items(self) -> Iterator[tuple[str, torch.Tensor]]:
         return ((k, self[k]) for k in sorted(self._keys))
@@ -133,6 +138,20 @@ def _load_hf(model: nn.Module, path: Path) -> int:
     return len(loaded)
 
 
+def save_tensors(sd: dict[str, torch.Tensor], file: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' save_file, with an I/O failure (a full disk, permission) raised as the OSError it
+    is, naming `file`: safetensors reports it as a SafetensorError carrying only "(os error N)", which
+    the atomic writers and the CLI would not recognise as a refused file. Write into a temporary name
+    (atomic.atomic_path, atomic_dir): on failure it is removed."""
+    try:
+        save_file(sd, str(file), metadata=metadata)
+    except SafetensorError as e:
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(file)) from e
+
+
 def save_adapters(model: nn.Module | dict, path: Path) -> Path:
     """Just the LoRA adapters (of a model, or of its gathered state dict), written atomically."""
     own = {k: v for k, v in model.items() if ".lora_" in k} if isinstance(model, dict) else lora_state_dict(model)
@@ -140,7 +159,7 @@ def save_adapters(model: nn.Module | dict, path: Path) -> Path:
     if not sd:
         raise WeightsError("the model has no LoRA adapters to save")
     with atomic.atomic_path(path) as tmp:
-        save_file(sd, str(tmp), metadata={"format": "pt", "content": "lora_adapters"})
+        save_tensors(sd, tmp, metadata={"format": "pt", "content": "lora_adapters"})
     return path
 
 

@@ -17,33 +17,70 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from trainperf import atomic
-from trainperf.config import ModelConfig
-from trainperf.errors import ExportError
+from trainperf import atomic, config
+from trainperf.config import ModelConfig, Recipe
+from trainperf.errors import ConfigError, ExportError
 from trainperf.model import hf
 from trainperf.model.transformer import Transformer
+from trainperf.model.weights import save_tensors
 from trainperf.report.rundir import RunDirError
-from trainperf.train.save import load_model_config
+
+
+def run_model_config(run_dir: Path) -> ModelConfig:
+    """The run's model (config.json's `trainperf_model`), held to the rules of a recipe's [model]
+    (config.validate: types, choices, sizes >= 1): a hand-edited or damaged file is refused here,
+    naming the key, not deep in torch or written into an export."""
+    file = Path(run_dir) / "config.json"
+    raw = atomic.read_json(file, RunDirError).get("trainperf_model")
+    if not isinstance(raw, dict):
+        raise RunDirError(f"{file}: trainperf_model: missing or not a JSON object; not a trainperf run's config")
+    recipe = Recipe()
+    try:
+        for key, value in raw.items():
+            config._apply(recipe, "model", key, value)
+        config.validate(recipe)  # the other sections are the defaults, valid: what fails is the model
+    except ConfigError as e:  # the file is bad data (exit 1), not a bad argument; its key is trainperf_model.*
+        msg = str(e)
+        raise RunDirError(f"{file}: {'trainperf_' + msg if msg.startswith('model.') else msg}") from None
+    recipe.model.lora_rank = 0  # the saved weights have the adapters merged in
+    return recipe.model
+
+
+def _check_weights(cfg: ModelConfig, sd: dict[str, torch.Tensor], file: Path) -> None:
+    """The run's weights are exactly the tensors of a `cfg` model, in its shapes, finite floats."""
+    layers = {k.split(".")[1] for k in sd if k.startswith("layers.")}
+    if len(layers) != cfg.n_layer:  # before a model of n_layer layers is built to compare shapes
+        raise RunDirError(f"{file}: holds {len(layers)} layers, config.json's trainperf_model.n_layer={cfg.n_layer}")
+    want = hf.expected_shapes(cfg)
+    if sd.keys() != want.keys():
+        missing, extra = sorted(want.keys() - sd.keys()), sorted(sd.keys() - want.keys())
+        raise RunDirError(f"{file}: does not match config.json's trainperf_model (missing {missing[:2]}, "
+                          f"extra {extra[:2]})")
+    for key, shape in want.items():
+        if tuple(sd[key].shape) != shape:
+            raise RunDirError(f"{file}: '{key}' has shape {tuple(sd[key].shape)}, config.json's trainperf_model "
+                              f"gives {shape}")
+        hf.check_values(sd[key], file, key)
 
 
 def load_weights(run_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """The run's model config and its full state dict (the tied output head filled back in)."""
+    """The run's model config and its full state dict (the tied output head filled back in),
+    checked against each other."""
     run_dir = Path(run_dir)
     for name in ("config.json", "model.safetensors"):
         if not (run_dir / name).is_file():
             raise RunDirError(f"{run_dir / name}: missing; the run did not finish saving its model")
+    cfg = run_model_config(run_dir)
+    file = run_dir / "model.safetensors"
     try:
-        cfg = load_model_config(run_dir)
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise RunDirError(f"{run_dir / 'config.json'}: not a trainperf model config ({e})") from None
-    try:
-        sd = load_file(str(run_dir / "model.safetensors"))
+        sd = load_file(str(file))
     except Exception as e:  # safetensors raises its own error types on a truncated file
-        raise RunDirError(f"{run_dir / 'model.safetensors'}: unreadable ({e})") from None
+        raise RunDirError(f"{file}: unreadable ({e})") from None
     if cfg.tie_embeddings and "output.weight" not in sd and "tok_emb.weight" in sd:
         sd["output.weight"] = sd["tok_emb.weight"]
+    _check_weights(cfg, sd, file)
     return cfg, sd
 
 
@@ -51,11 +88,7 @@ def load_model(run_dir: Path, device: str | torch.device = "cpu") -> Transformer
     """A trainperf Transformer with the run's final weights, in eval mode."""
     cfg, sd = load_weights(run_dir)
     model = Transformer(cfg)
-    try:
-        model.load_state_dict(sd, strict=True)
-    except RuntimeError as e:
-        first = str(e).splitlines()[0]
-        raise RunDirError(f"{Path(run_dir) / 'model.safetensors'}: does not match config.json ({first})") from None
+    model.load_state_dict(sd, strict=True)  # load_weights checked the names and shapes
     return model.to(device).eval()
 
 
@@ -117,12 +150,12 @@ def export_hf(run_dir: str | Path, out: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: exists and is not empty; the export never overwrites")
     cfg, sd = load_weights(run_dir)
-    config, hf = hf_state_dict(cfg, sd)
-    dtype = next(iter(hf.values())).dtype
-    config["torch_dtype"] = config["dtype"] = str(dtype).removeprefix("torch.")
+    hf_cfg, hf_sd = hf_state_dict(cfg, sd)
+    dtype = next(iter(hf_sd.values())).dtype
+    hf_cfg["torch_dtype"] = hf_cfg["dtype"] = str(dtype).removeprefix("torch.")
     with atomic.atomic_dir(out) as tmp:  # replaces an empty `out` (checked above), never a full one
-        save_file({k: v.contiguous() for k, v in hf.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        save_tensors({k: v.contiguous() for k, v in hf_sd.items()}, tmp / "model.safetensors",
+                     metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=1))
         _tokenizer_files(run_dir, tmp, cfg)
     return out

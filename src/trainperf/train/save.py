@@ -201,9 +201,3 @@ def write_share(shards: Path, cfg: ModelConfig, path: Path, rank: int = 0, world
         os.fsync(f.fileno())
     return done
 
-
-def load_model_config(run_dir: Path) -> ModelConfig:
-    raw = json.loads((run_dir / "config.json").read_text())["trainperf_model"]
-    cfg = ModelConfig(**raw)
-    cfg.lora_rank = 0  # exported weights have the adapters merged in
-    return cfg
