@@ -51,7 +51,6 @@ def test_a_model_whose_weights_cannot_fit_is_refused_before_building(capsys, tmp
     (["--dry-run", "--max-steps", "5", "--seeds", "3"], "--dry-run starts no training: --seeds, --max-steps"),
     (["--seed", "3", "--set", "train.seed=5"], "--seed 3 and --set train.seed=5 both set train.seed"),
     (["--checkpoint-every", "1", "--set", "checkpoint.every_steps=5"], "both set checkpoint.every_steps"),
-    (["--set", "train.lr=1e-3", "--set", "train.lr=2e-3"], "--set train.lr: given more than once"),
     (["--seeds", "2", "--max-restarts", "3"], "--seeds runs its seeds in this process"),
 ])
 def test_flags_that_would_be_ignored_or_overridden(capsys, tmp_path, argv, msg):

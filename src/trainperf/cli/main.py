@@ -134,18 +134,14 @@ def _load_run_recipe(args) -> tuple[Recipe, SubmittedLayout | None, dict | None]
     """The recipe with --set and --layout applied: the layout spec, or the recipe's [layouts] entry
     named by --layout, turned into recipe keys (trainperf.layout), a key set twice an error."""
     overrides = list(args.overrides)
-    # a value given twice is refused, as --layout against --set is (merge_overrides): the last one
-    # winning silently hid a typo in the first
+    # a value two different options set is refused, as --layout against --set is (merge_overrides);
+    # one --set key repeated keeps the last, as scripts that append an override to a base list expect
     given = {o.split("=", 1)[0].strip(): o for o in overrides}
     flags = [(args.checkpoint_every, "checkpoint.every_steps", "--checkpoint-every"),
              (args.seed, "train.seed", "--seed")]
     for value, key, flag in flags:
         if value is not None and key in given:
             raise UsageError(f"{flag} {value} and --set {given[key]} both set {key}; give it once")
-    if len(given) < len(overrides):
-        keys = [o.split("=", 1)[0].strip() for o in overrides]
-        twice = next(k for k in keys if keys.count(k) > 1)
-        raise UsageError(f"--set {twice}: given more than once; give it once")
     if args.checkpoint_every is not None:
         overrides.append(f"checkpoint.every_steps={args.checkpoint_every}")
     recipe = load_recipe(args.benchmark, overrides, smoke=args.smoke)

@@ -495,7 +495,6 @@ def _last_step(metrics: Path) -> int:
     return last
 
 
-
 @contextlib.contextmanager
 def _single_process_quiet():
     """DCP warns on every save and load without a process group that it assumes one process, even
