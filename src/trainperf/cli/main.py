@@ -345,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"trainperf: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        # the reader of our output left (`| head`): not an error of ours. Python would flush stdout
+        # again at exit and print a second traceback, so it is pointed at /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAIL
     except OSError as e:
         # the one place an OS refusal on a user's path (disk full, permission, not a folder, read-only)
         # becomes one line; an OSError without a file name is not about the user's files: a bug
