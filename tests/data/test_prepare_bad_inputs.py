@@ -91,6 +91,7 @@ def test_a_changed_file_keeps_the_old_dataset_until_its_piece_is_made(tmp_path, 
     (["--tokenizer", "byte", "--eod", "<|eot|>"], 2, "--eod"),
     (["--tokenizer", "GARBAGE"], 1, "garbage.json: "),
     (["--tokenizer", "byte", "--vocab-size", "999"], 2, "--vocab-size"),
+    (["--tokenizer", "byte", "--vocab-size", "4096"], 2, "--vocab-size"),  # the default's value, typed
     (["--tokenizer", "byte", "--seq-len", "64"], 2, "--seq-len"),
     (["--tokenizer", "byte", "--kind", "samples", "--seq-len", "8", "--eod", "x"], 2, "--eod"),
     (["--tokenizer", "byte", "--kind", "samples", "--seq-len", "8", "--shard", "0/2"], 2, "--shard"),

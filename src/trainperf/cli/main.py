@@ -97,7 +97,8 @@ def _add_data(sub) -> None:
     q.add_argument("--out", type=Path, required=True,
                    help="a new or empty folder, or one trainperf prepared (any other folder is refused)")
     q.add_argument("--tokenizer", default="bpe", help="byte, bpe, a tokenizer.json or a SentencePiece .model")
-    q.add_argument("--vocab-size", type=positive_int, default=4096, help="BPE vocabulary when training one")
+    q.add_argument("--vocab-size", type=positive_int, default=None,
+                   help=f"BPE vocabulary when training one (default {DataConfig.bpe_vocab_size})")
     q.add_argument("--val", default="", metavar="VALSRC",
                    help="validation file or folder (default: hold out documents by a hash of their id)")
     q.add_argument("--kind", choices=["tokens", "samples"], default="tokens",
@@ -304,12 +305,13 @@ def cmd_data(args) -> int:
         return tools.info(args.path, as_json=args.json)
     if args.data_cmd == "verify":
         return tools.verify(args.path)
-    cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size,
+    cfg = DataConfig(corpus=args.src, tokenizer=args.tokenizer, bpe_vocab_size=args.vocab_size or DataConfig.bpe_vocab_size,
                      kind=args.kind, val=args.val, eod=args.eod)
     validate(Recipe(data=cfg))
     if args.kind == "samples" and args.seq_len < 2:
         raise UsageError("--kind samples needs --seq-len (the model's sequence length)")
-    return tools.prepare(cfg, args.out, args.seq_len, args.workers, tools.parse_shard(args.shard))
+    return tools.prepare(cfg, args.out, args.seq_len, args.workers, tools.parse_shard(args.shard),
+                         vocab_given=args.vocab_size is not None)
 
 
 def cmd_rules(args) -> int:

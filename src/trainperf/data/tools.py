@@ -25,12 +25,13 @@ def parse_shard(text: str) -> tuple[int, int] | None:
     return i, n
 
 
-def refuse_unused_flags(cfg: DataConfig, seq_len: int, workers: int, shard: tuple[int, int] | None) -> None:
+def refuse_unused_flags(cfg: DataConfig, seq_len: int, workers: int, shard: tuple[int, int] | None,
+                        vocab_given: bool = False) -> None:
     """A `data prepare` flag that would change nothing for this kind of dataset or tokenizer is a bad
-    argument: silently ignoring it would leave the user believing it took effect. (--vocab-size is
-    compared with its default: the parsed arguments do not say whether it was typed.)"""
+    argument: silently ignoring it would leave the user believing it took effect. `vocab_given`:
+    --vocab-size was typed (its default value typed counts too)."""
     unused = []
-    if cfg.tokenizer != "bpe" and cfg.bpe_vocab_size != DataConfig.bpe_vocab_size:
+    if cfg.tokenizer != "bpe" and vocab_given:
         unused.append(("--vocab-size", "applies only to --tokenizer bpe (a BPE trained here)"))
     if cfg.kind == "tokens" and seq_len:
         unused.append(("--seq-len", "applies only to --kind samples"))
@@ -43,8 +44,9 @@ def refuse_unused_flags(cfg: DataConfig, seq_len: int, workers: int, shard: tupl
         raise UsageError(f"{flag} {why}; drop it")
 
 
-def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple[int, int] | None) -> int:
-    refuse_unused_flags(cfg, seq_len, workers, shard)
+def prepare(cfg: DataConfig, out: Path, seq_len: int, workers: int, shard: tuple[int, int] | None,
+            vocab_given: bool = False) -> int:
+    refuse_unused_flags(cfg, seq_len, workers, shard, vocab_given)
     if cfg.kind == "tokens":
         # straight to the pieces: the training pipeline's imports (torch) would cost every prepare
         # seconds of start-up and memory
