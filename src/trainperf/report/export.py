@@ -95,9 +95,8 @@ def load_model(run_dir: Path, device: str | torch.device = "cpu") -> Transformer
 def hf_state_dict(cfg: ModelConfig, sd: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
     """(HF config.json dict, HF state dict) for a trainperf model config and its weights; the name
     table and the layout changes live in trainperf.model.hf (shared with `trainperf import-hf`)."""
-    if cfg.family not in ("llama", "gpt"):
-        raise ExportError(f"model.family={cfg.family!r}: transformers has no class this export maps to "
-                          f"(llama -> LlamaForCausalLM or Qwen3ForCausalLM, gpt -> GPT2LMHeadModel)")
+    # the family is one of the two (run_model_config validated it): llama -> LlamaForCausalLM or
+    # Qwen3ForCausalLM, gpt -> GPT2LMHeadModel
     if cfg.family == "gpt" and cfg.n_head * cfg.head_dim != cfg.d_model:
         raise ExportError(f"model.n_head={cfg.n_head} does not divide model.d_model={cfg.d_model}; GPT-2 needs it to")
     return hf.hf_config(cfg), hf.to_hf(cfg, sd)
