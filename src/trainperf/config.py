@@ -429,6 +429,16 @@ def _derive_from_rules(r: Recipe, pinned: set[tuple[str, str]]) -> None:
             setattr(getattr(r, section), key, value)
 
 
+def model_config(table: dict) -> ModelConfig:
+    """A [model] table on its own (a run's saved `trainperf_model`) as a ModelConfig held to a
+    recipe's rules (types, choices, sizes); ConfigError naming the `model.` key otherwise."""
+    recipe = Recipe()
+    for key, value in table.items():
+        _apply(recipe, "model", key, value)
+    validate(recipe)  # the other sections are the defaults, valid: what fails is the model
+    return recipe.model
+
+
 def load_recipe(name_or_path: str = "tiny", overrides: list[str] | None = None, smoke: bool = False) -> Recipe:
     """Load a recipe by benchmark name or path, apply `section.key=value` overrides, validate it.
 

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from trainperf import atomic, config
-from trainperf.config import ModelConfig, Recipe
+from trainperf.config import ModelConfig
 from trainperf.errors import ConfigError, ExportError
 from trainperf.model import hf
 from trainperf.model.transformer import Transformer
@@ -36,16 +36,13 @@ def run_model_config(run_dir: Path) -> ModelConfig:
     raw = atomic.read_json(file, RunDirError).get("trainperf_model")
     if not isinstance(raw, dict):
         raise RunDirError(f"{file}: trainperf_model: missing or not a JSON object; not a trainperf run's config")
-    recipe = Recipe()
     try:
-        for key, value in raw.items():
-            config._apply(recipe, "model", key, value)
-        config.validate(recipe)  # the other sections are the defaults, valid: what fails is the model
+        model = config.model_config(raw)
     except ConfigError as e:  # the file is bad data (exit 1), not a bad argument; its key is trainperf_model.*
         msg = str(e)
         raise RunDirError(f"{file}: {'trainperf_' + msg if msg.startswith('model.') else msg}") from None
-    recipe.model.lora_rank = 0  # the saved weights have the adapters merged in
-    return recipe.model
+    model.lora_rank = 0  # the saved weights have the adapters merged in
+    return model
 
 
 def _check_weights(cfg: ModelConfig, sd: dict[str, torch.Tensor], file: Path) -> None:
