@@ -203,13 +203,20 @@ def check_out(out: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
                            "new folder, an empty one, or one trainperf made for it")
         _check_writable(out, "writing into", out)
         return out
+    _check_writable(existing_parent(out, flag), "creating", out)
+    return out
+
+
+def existing_parent(out: str | os.PathLike, flag: str = "--out") -> Path:
+    """The nearest existing folder above `out`, which creating `out` would write into; an
+    `OutError` where that is a file (mkdir would only say "exists")."""
+    out = Path(out)
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise OutError(f"{flag} {out}: {parent} is a file, not a folder")
-    _check_writable(parent, "creating", out)
-    return out
+    return parent
 
 
 def _check_writable(folder: Path, doing: str, name: Path) -> None:

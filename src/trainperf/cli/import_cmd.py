@@ -39,11 +39,7 @@ def cmd_import_hf(args) -> int:
         raise OutError(f"--out {out}: is a folder; give the .safetensors file to write")
     if out.exists() and not args.force:
         raise RunError(f"{out}: exists; pass --force to replace it")
-    parent = out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():  # checked before the checkpoint is read: mkdir would only say "exists"
-        raise OutError(f"--out {out}: {parent} is a file, not a folder")
+    atomic.existing_parent(out)  # checked before the checkpoint is read
     like = None
     if args.overrides and not args.recipe:
         raise UsageError("import-hf: --set needs --recipe")
