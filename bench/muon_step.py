@@ -1,6 +1,7 @@
-"""Muon's step over the `tiny` model's matrices in bf16, side by side in one process, three ways:
+"""Muon's step over the `tiny` model's matrices in bf16, side by side in one process, four ways:
 the direct Newton-Schulz iteration on whole matrices (the step before the Gram form), the Gram form
-on whole matrices, and the Gram form per attention head (`train.muon_per_head`, the recipe's).
+on whole matrices, the Gram form per attention head (`train.muon_per_head`), and per head with the
+gate and up projections as one matrix (`train.muon_joint_gate_up`; the recipe's).
 Blocks of 10 steps alternate, so load from other processes weighs on all three.
 
     python bench/muon_step.py --blocks 4
@@ -31,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_freed_memory:
         keep_freed_memory()
     ways = {}
-    for name, per_head in (("direct, whole", False), ("gram, whole", False), ("gram, per head", True)):
-        r = load_recipe("tiny", ["train.precision=bf16", f"train.muon_per_head={str(per_head).lower()}"])
+    for name, per_head, joint in (("direct, whole", False, False), ("gram, whole", False, False),
+                                  ("gram, per head", True, False), ("+ joint gate/up", True, True)):
+        r = load_recipe("tiny", ["train.precision=bf16", f"train.muon_per_head={str(per_head).lower()}",
+                                 f"train.muon_joint_gate_up={str(joint).lower()}"])
         model = Transformer(dataclasses.replace(r.model, vocab_size=r.data.bpe_vocab_size))
         muon = build_optimizer(model, r, torch.device("cpu"))[1]
         gen = torch.Generator().manual_seed(0)

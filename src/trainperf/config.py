@@ -171,6 +171,11 @@ class TrainConfig:
     # the attention never mixes before wo, and n_head blocks of head_dim rows cost 1/n_head^2 of the
     # whole's Newton-Schulz products (bench/results/tiny_records_2026-12-06_to_07.md)
     muon_per_head: bool = False
+    # Orthogonalise a gated MLP's gate and up projections (w1, w3) as one matrix, rows stacked: the
+    # fused gate/up weight that Megatron's linear_fc1 is. Both read the same input, so the joint
+    # update is Muon's for that fused weight; its Gram form takes one d_model^2 iteration where the
+    # two matrices took two (bench/results/tiny_records_2026-12-06_to_07.md)
+    muon_joint_gate_up: bool = False
     fused: Literal["auto", "fused", "foreach", "for-loop"] = "auto"  # the AdamW implementation
     log_every: int = 10
     seed: int = 0

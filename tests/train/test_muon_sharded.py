@@ -1,5 +1,5 @@
 """Muon on FSDP2 shards and tensor-parallel DTensors takes the one-process step: the update of a
-whole matrix (or of its head blocks), each rank keeping its shard (2 processes, gloo)."""
+whole matrix (or of its head blocks, or of a joint pair), each rank keeping its shard (2 processes, gloo)."""
 
 import os
 import socket
@@ -10,8 +10,9 @@ import torch.multiprocessing as mp
 
 from trainperf.train.muon import Muon
 
-SHAPES = [(12, 8), (8, 12)]  # tall and wide: the iteration runs on the wide side
+SHAPES = [(12, 8), (8, 12), (12, 8)]  # tall and wide: the iteration runs on the wide side
 BLOCKS = [(0, 3), (1, 2)]  # as wq (rows) and wo (columns) per head: 4 x 8 (Gram form) and 8 x 6 blocks
+MODES = ("whole", "heads", "joint")  # joint: the first and the last one matrix, as a gate and an up projection
 
 
 def _start(seed: int = 0) -> tuple[list[torch.nn.Parameter], list[list[torch.Tensor]]]:
@@ -21,9 +22,10 @@ def _start(seed: int = 0) -> tuple[list[torch.nn.Parameter], list[list[torch.Ten
     return params, grads
 
 
-def _steps(params, grads, to_param_grad, heads: bool = False) -> list[torch.Tensor]:
+def _steps(params, grads, to_param_grad, mode: str) -> list[torch.Tensor]:
     opt = Muon(params, ns_dtype=torch.float32, lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw",
-               blocks=dict(zip(params, BLOCKS)) if heads else None)
+               blocks=dict(zip(params, BLOCKS)) if mode == "heads" else None,
+               joint=[(params[0], params[2])] if mode == "joint" else None)
     for step in grads:
         for p, g in zip(params, step):
             p.grad = to_param_grad(p, g)
@@ -40,11 +42,11 @@ def _worker(rank: int, port: int, out: str) -> None:
     mesh = init_device_mesh("cpu", (2,))
     results = {}
     for name, placement in (("rows", Shard(0)), ("cols", Shard(1))):  # FSDP2 / colwise TP, rowwise TP
-        for heads in (False, True):
+        for mode in MODES:
             params, grads = _start()
             dparams = [torch.nn.Parameter(distribute_tensor(p.detach(), mesh, [placement])) for p in params]
-            done = _steps(dparams, grads, lambda p, g: distribute_tensor(g, mesh, [placement]), heads)
-            results[name, heads] = [p.detach().full_tensor() for p in done]
+            done = _steps(dparams, grads, lambda p, g: distribute_tensor(g, mesh, [placement]), mode)
+            results[name, mode] = [p.detach().full_tensor() for p in done]
     if rank == 0:
         torch.save(results, out)
     # both ranks leave together, and without gloo's teardown: tearing the group down (destroy, or
@@ -62,11 +64,12 @@ def test_sharded_muon_equals_one_process(tmp_path):
     mp.spawn(_worker, args=(port, str(out)), nprocs=2, join=True)
     got = torch.load(out, weights_only=True)
     want = {}
-    for heads in (False, True):
+    for mode in MODES:
         params, grads = _start()
-        want[heads] = [p.detach() for p in _steps(params, grads, lambda p, g: g, heads)]
+        want[mode] = [p.detach() for p in _steps(params, grads, lambda p, g: g, mode)]
         for name in ("rows", "cols"):
-            for a, b in zip(got[name, heads], want[heads]):
+            for a, b in zip(got[name, mode], want[mode]):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert not torch.allclose(want[False][0], _start()[0][0].detach())  # the steps moved the weights
-    assert not torch.allclose(want[True][0], want[False][0], atol=1e-4)  # the blocks are their own matrices
+    assert not torch.allclose(want["whole"][0], _start()[0][0].detach())  # the steps moved the weights
+    assert not torch.allclose(want["heads"][0], want["whole"][0], atol=1e-4)  # the blocks are their own matrices
+    assert not torch.allclose(want["joint"][0], want["whole"][0], atol=1e-4)  # the pair is one matrix

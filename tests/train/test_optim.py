@@ -272,6 +272,64 @@ def test_head_blocks_are_orthogonalised_each_on_its_own(dtype, atol):
     assert all(torch.equal(a, b) for a, b in zip(fused, outside))
 
 
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
+def test_joint_updates_are_one_matrix_and_step_at_its_size(dtype, atol):
+    """Joint updates (a gate and an up projection) are orthogonalised as their rows stacked into
+    one matrix, stacked with another pair or one unit at a time, and come back each in its own
+    shape; the Nesterov update made inside is the one made outside; Muon steps them at the joint
+    matrix's size (match_rms_adamw: 0.2 sqrt(max(rows, cols)) of the joint shape)."""
+    from trainperf.train.muon import _adjust_lr, newton_schulz, orthogonalize
+
+    gen = torch.Generator().manual_seed(6)
+    coef = [(3.4445, -4.7750, 2.0315)] * 3
+    ups = [torch.randn(10, 8, generator=gen) for _ in range(4)] + [torch.randn(8, 10, generator=gen)]
+    joint = [[0, 1], [2, 3]]
+    want = [torch.cat([ups[0], ups[1]]), torch.cat([ups[2], ups[3]])]
+    want = [o for w in want for o in newton_schulz(w, coef, 1e-7, dtype).split(10)] + [newton_schulz(ups[4], coef, 1e-7, dtype)]
+    for stack in (True, False):
+        got = orthogonalize(ups, coef, 1e-7, dtype, stack=stack, joint=joint)
+        for g, w, u in zip(got, want, ups):
+            assert g.shape == u.shape
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=atol)
+    alone = orthogonalize(ups, coef, 1e-7, dtype, stack=True)
+    assert not torch.allclose(alone[0].float(), want[0].float(), atol=0.05)  # joint is not each alone
+    bufs = [torch.randn(u.shape, generator=gen) for u in ups]
+    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95, joint=joint)
+    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True, joint=joint)
+    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
+    with pytest.raises(ValueError, match="cannot stack"):
+        orthogonalize(ups, coef, 1e-7, dtype, joint=[[0, 4]])
+
+    params = [torch.nn.Parameter(u.clone()) for u in ups[:2]]
+    kw = dict(lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw", ns_steps=3, nesterov=False)
+    opt = Muon(params, ns_dtype=dtype, joint=[tuple(params)], **kw)
+    grads = [torch.randn(u.shape, generator=gen) for u in ups[:2]]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    opt.step()
+    bufs = [0.05 * g for g in grads]  # the first momentum step: lerp(0, g, 1 - 0.95)
+    ortho = newton_schulz(torch.cat(bufs), coef, 1e-7, dtype).float().split(10)
+    step = _adjust_lr(0.05, "match_rms_adamw", torch.Size((20, 8)))
+    for p, u, o in zip(params, ups, ortho):
+        torch.testing.assert_close(p.detach(), u * (1 - 0.05 * 0.1) - step * o, rtol=0, atol=1e-6)
+
+
+def test_muon_joint_gate_up_pairs_each_gated_mlp():
+    """`train.muon_joint_gate_up`: each layer's w1 and w3 one unit; off, none; a plain MLP has none."""
+    from trainperf.train.optim import gate_up_pairs
+
+    sets = ["model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "train.precision=fp32"]
+    r = load_recipe("tiny", sets + ["train.muon_joint_gate_up=true"])
+    model = Transformer(r.model)
+    pairs = gate_up_pairs(model)
+    assert [(a is m.mlp.w1.weight, b is m.mlp.w3.weight) for (a, b), m in zip(pairs, model.layers.values())] == [(True, True)] * 2
+    assert build_optimizer(model, r, torch.device("cpu"))[1].joint == pairs
+    off = load_recipe("tiny", sets + ["train.muon_joint_gate_up=false"])
+    assert build_optimizer(Transformer(off.model), off, torch.device("cpu"))[1].joint == []
+    gpt = load_recipe("tiny", sets + ["model.family=gpt", "train.muon_joint_gate_up=true"])
+    assert gate_up_pairs(Transformer(gpt.model)) == []
+
+
 def test_muon_per_head_splits_the_attention_projections_by_head():
     """`train.muon_per_head`: wq, wk, wv by rows (wk and wv by the key/value heads under GQA), wo by
     columns, the MLP's matrices whole; off, every matrix is whole."""

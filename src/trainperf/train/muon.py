@@ -103,63 +103,101 @@ def from_blocks(blocks: torch.Tensor, block: Block | None) -> torch.Tensor:
 def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
                   stack: bool | None = None, toward: list[torch.Tensor] | None = None,
                   weight: float = 0.0, blocks: list[Block | None] | None = None,
-                  gram: bool | None = None) -> list[torch.Tensor]:
+                  gram: bool | None = None, joint: list[list[int]] | None = None) -> list[torch.Tensor]:
     """`newton_schulz` of each update, or of each of its `head_blocks` (`blocks[i]`), coming back
-    whole. In bf16 the blocks of one shape (`tiny`: 256 x 256, 704 x 256, 256 x 704; 64 x 256 and
-    256 x 64 per head) are stacked into one batched call. Measured on a 2-core Zen 4 (AVX512-BF16),
-    2 threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms
+    whole. `joint` names updates orthogonalised as one matrix, their rows (or row blocks) one above
+    the other (a gated MLP's gate and up projections: one fused weight, as Megatron's `linear_fc1`
+    holds them); each list is one unit, and an update in none is a unit alone.
+
+    In bf16 the units of one shape (`tiny`, per head and gate/up joint: 64 x 256, 256 x 64, 1408 x
+    256, 256 x 704) are stacked into one batched call. Measured on a 2-core Zen 4 (AVX512-BF16), 2
+    threads at load 1.9, 3 iterations over `tiny`'s matrices: bf16 34.7 ms stacked against 40.7 ms
     one by one, while fp32 was slower stacked (78-83 ms against 73 ms), so fp32 (the AVX2 machines'
-    format) keeps one call per matrix (bench/results/tiny_records_2026-12-06_to_07.md). A lone whole matrix takes torch's 2-D
-    operations. `stack` overrides the choice (bench/newton_schulz.py times both), `gram` the form.
+    format) keeps one call per unit (bench/results/tiny_records_2026-12-06_to_07.md). A tall unit
+    is not transposed into a wide one's stack: the strided copies cost more than the call saved
+    (2026-12-07). A lone whole matrix takes torch's 2-D operations. `stack` overrides the choice
+    (bench/newton_schulz.py times both), `gram` the form.
 
     With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
     straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
     come back in `dtype`, as views of the stack where the layout allows."""
     blocks = blocks or [None] * len(updates)
+    members = set(i for u in joint or [] for i in u)
+    units = [list(u) for u in joint or []] + [[i] for i in range(len(updates)) if i not in members]
 
-    def update(i: int) -> torch.Tensor:
-        return updates[i] if toward is None else torch.lerp(updates[i], toward[i], weight)
+    def views(i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return head_blocks(updates[i], blocks[i]), None if toward is None else head_blocks(toward[i], blocks[i])
 
-    views = [head_blocks(u, b) for u, b in zip(updates, blocks)]
-    shapes = [tuple(v.shape[1:]) for v in views]
+    def shape(unit: list[int]) -> tuple[int, int, int]:  # (blocks, rows, cols) of the unit's matrices
+        n, r, c = views(unit[0])[0].shape
+        return n, sum(views(i)[0].size(1) for i in unit), c
+
     out: list[torch.Tensor | None] = [None] * len(updates)
-    for shape in dict.fromkeys(shapes):
-        idx = [i for i, s in enumerate(shapes) if s == shape]
-        if len(idx) == 1 or not (dtype in STACKED_DTYPES if stack is None else stack):
-            for i in idx:
-                u = update(i)
-                out[i] = (newton_schulz(u, schedule, eps, dtype, gram) if blocks[i] is None else
-                          from_blocks(newton_schulz(head_blocks(u, blocks[i]), schedule, eps, dtype, gram), blocks[i]))
+    stacked = dtype in STACKED_DTYPES if stack is None else stack
+    for u in units:
+        if len({(views(i)[0].size(0), views(i)[0].size(2)) for i in u}) > 1:
+            raise ValueError(f"joint updates {u} differ in blocks or columns: they cannot stack as one matrix")
+    shapes = {k: shape(u)[1:] for k, u in enumerate(units)}
+    for key in dict.fromkeys(shapes.values()):
+        ks = [k for k in range(len(units)) if shapes[k] == key]
+        if len(ks) == 1 or not stacked:
+            for k in ks:
+                _one(units[k], views, blocks, out, schedule, eps, dtype, gram, weight)
             continue
         at = [0]
-        for i in idx:
-            at.append(at[-1] + views[i].size(0))
-        batch = torch.empty((at[-1], *shape), dtype=dtype, device=updates[idx[0]].device)
-        for k, i in enumerate(idx):
-            dst = batch[at[k]:at[k + 1]]
-            if toward is None:
-                dst.copy_(views[i])
-            else:
-                torch.lerp(views[i], head_blocks(toward[i], blocks[i]), weight, out=dst)
+        for k in ks:
+            at.append(at[-1] + shape(units[k])[0])
+        batch = torch.empty((at[-1], *key), dtype=dtype, device=updates[0].device)
+        places = []
+        for k, a, b in zip(ks, at, at[1:]):
+            off = 0
+            for i in units[k]:
+                v, t = views(i)
+                rows = slice(off, off + v.size(1))
+                off = rows.stop
+                if t is None:
+                    batch[a:b, rows].copy_(v)
+                else:
+                    torch.lerp(v, t, weight, out=batch[a:b, rows])
+                places.append((i, a, b, rows))
         ortho = newton_schulz(batch, schedule, eps, dtype, gram)
-        for k, i in enumerate(idx):
-            out[i] = from_blocks(ortho[at[k]:at[k + 1]], blocks[i])
+        for i, a, b, rows in places:
+            out[i] = from_blocks(ortho[a:b, rows], blocks[i])
     return out  # type: ignore[return-value]
+
+
+def _one(unit: list[int], views, blocks: list[Block | None], out: list, schedule: Schedule, eps: float,
+         dtype: torch.dtype, gram: bool | None, weight: float) -> None:
+    """`orthogonalize`'s one call for one unit: a lone whole matrix in 2-D, anything else as blocks."""
+    parts = [(v if t is None else torch.lerp(v, t, weight)) for v, t in map(views, unit)]
+    x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    if x.size(0) == 1 and blocks[unit[0]] is None:
+        x = x[0]
+    o = newton_schulz(x, schedule, eps, dtype, gram)
+    o = o.unsqueeze(0) if o.dim() == 2 else o
+    off = 0
+    for i, p in zip(unit, parts):
+        out[i] = from_blocks(o[:, off:off + p.size(1)], blocks[i])
+        off += p.size(1)
 
 
 class Muon(torch.optim.Muon):
     """`ns_schedule`: one coefficient triple per Newton-Schulz iteration, replacing torch's
     `ns_coefficients` x `ns_steps` (which it defaults to). `blocks`: the parameters orthogonalised
-    as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole. `gram`: the Gram form
-    always (True), never (False) or by shape (None, `newton_schulz`)."""
+    as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole. `joint`: groups of
+    parameters orthogonalised as one matrix, rows stacked (`orthogonalize`); their step size is
+    the joint matrix's. `gram`: the Gram form always (True), never (False) or by shape (None,
+    `newton_schulz`)."""
 
     def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None,
-                 blocks: dict[torch.Tensor, Block] | None = None, gram: bool | None = None, **kwargs):
+                 blocks: dict[torch.Tensor, Block] | None = None, gram: bool | None = None,
+                 joint: list[tuple[torch.Tensor, ...]] | None = None, **kwargs):
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
         self.ns_schedule = ns_schedule
         self.blocks = blocks or {}
         self.gram = gram
+        self.joint = joint or []
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -188,32 +226,44 @@ class Muon(torch.optim.Muon):
         schedule = self.ns_schedule or [tuple(group["ns_coefficients"])] * group["ns_steps"]
         args = schedule, group["eps"], self.ns_dtype
         blocks = [self.blocks.get(p) for p in params]
+        at = {id(p): i for i, p in enumerate(params)}
+        joint = [[at[id(q)] for q in g] for g in self.joint if all(id(q) in at for q in g)]
+        shapes = [p.shape for p in params]
+        for unit in joint:
+            rows = sum(params[i].size(0) for i in unit)
+            for i in unit:
+                shapes[i] = torch.Size((rows, *params[i].shape[1:]))
         if isinstance(grads[0], DTensor):
             updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-            orthos = [self._sharded(u, *args, gram=self.gram, block=b) for u, b in zip(updates, blocks)]
+            orthos = self._sharded(updates, *args, gram=self.gram, blocks=blocks, joint=joint)
         elif group["nesterov"]:  # the Nesterov update made inside, in Newton-Schulz's format
-            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks, gram=self.gram)
+            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks, gram=self.gram, joint=joint)
         else:
-            orthos = orthogonalize(bufs, *args, blocks=blocks, gram=self.gram)
+            orthos = orthogonalize(bufs, *args, blocks=blocks, gram=self.gram, joint=joint)
         torch._foreach_mul_(params, 1 - lr * wd)
         # one foreach add per step size (one per shape); a 16-bit update is widened inside the add
         by_alpha: dict[float, tuple[list, list]] = {}
-        for p, o in zip(params, orthos):
-            ps, os_ = by_alpha.setdefault(-_adjust_lr(lr, group["adjust_lr_fn"], p.shape), ([], []))
+        for p, o, shape in zip(params, orthos, shapes):
+            ps, os_ = by_alpha.setdefault(-_adjust_lr(lr, group["adjust_lr_fn"], shape), ([], []))
             ps.append(p)
             os_.append(o)
         for alpha, (ps, os_) in by_alpha.items():
             torch._foreach_add_(ps, os_, alpha=alpha)
 
     @staticmethod
-    def _sharded(update: DTensor, schedule: Schedule, eps: float, dtype: torch.dtype,
-                 gram: bool | None = None, block: Block | None = None) -> DTensor:
-        full = update.full_tensor()
-        if block is None:
-            ortho = newton_schulz(full, schedule, eps, dtype, gram)
-        else:  # the blocks as one stack, put back in place
-            ortho = from_blocks(newton_schulz(head_blocks(full, block), schedule, eps, dtype, gram), block)
-        # Replicate -> the parameter's placements is a local slice, no communication
-        mesh = update.device_mesh
-        return DTensor.from_local(ortho.to(full.dtype), mesh, [Replicate()] * mesh.ndim).redistribute(
-            mesh, update.placements)
+    def _sharded(updates: list[DTensor], schedule: Schedule, eps: float, dtype: torch.dtype,
+                 gram: bool | None, blocks: list[Block | None], joint: list[list[int]]) -> list[DTensor]:
+        """Each unit (`orthogonalize`) on its gathered whole, one at a time (a model's matrices are
+        never whole together), every rank keeping its shard of the result."""
+        members = {i for u in joint for i in u}
+        out: list[DTensor | None] = [None] * len(updates)
+        for unit in joint + [[i] for i in range(len(updates)) if i not in members]:
+            fulls = [updates[i].full_tensor() for i in unit]
+            orthos = orthogonalize(fulls, schedule, eps, dtype, stack=False, gram=gram,
+                                   blocks=[blocks[i] for i in unit], joint=[list(range(len(unit)))])
+            for i, full, ortho in zip(unit, fulls, orthos):
+                # Replicate -> the parameter's placements is a local slice, no communication
+                mesh = updates[i].device_mesh
+                out[i] = DTensor.from_local(ortho.to(full.dtype), mesh, [Replicate()] * mesh.ndim).redistribute(
+                    mesh, updates[i].placements)
+        return out  # type: ignore[return-value]

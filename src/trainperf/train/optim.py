@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import torch
 
 from trainperf.config import Recipe
-from trainperf.model.transformer import Attention
+from trainperf.model.transformer import MLP, Attention
 from trainperf.parallel.apply import unwrap
 from trainperf.train.muon import Muon
 
@@ -51,6 +51,12 @@ def attention_heads(model: torch.nn.Module) -> dict[torch.Tensor, tuple[int, int
     return out
 
 
+def gate_up_pairs(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each gated MLP's gate and up weights (w1, w3), which read the same input."""
+    return [(m.w1.weight, m.w3.weight) for m in unwrap(model).modules()
+            if isinstance(m, MLP) and m.gated and all(isinstance(w, torch.nn.Linear) for w in (m.w1, m.w3))]
+
+
 def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> list[torch.optim.Optimizer]:
     """AdamW, weight decay on matrices only (not norms, biases); `fused` picks its implementation.
     With `optimizer = "muon"`, Muon (torch's, trainperf.train.muon) takes the blocks' matrices (`muon_params`) beside it."""
@@ -77,8 +83,10 @@ def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> 
         c = t.muon_ns_coefficients  # a1, b1, c1, a2, ...: one triple per iteration (torch's one triple when empty)
         schedule = [(c[i], c[i + 1], c[i + 2]) for i in range(0, len(c), 3)] or None
         blocks = attention_heads(model) if t.muon_per_head else {}
+        joint = gate_up_pairs(model) if t.muon_joint_gate_up else []
         opts.append(Muon([{"params": matrices, "lr_scale": muon_lr / t.lr}], ns_dtype=ns_dtype, ns_schedule=schedule,
                          blocks={p: b for p, b in blocks.items() if id(p) in to_muon},
+                         joint=[g for g in joint if all(id(p) in to_muon for p in g)],
                          lr=muon_lr, weight_decay=t.weight_decay, momentum=t.muon_momentum,
                          adjust_lr_fn="match_rms_adamw", ns_steps=t.muon_ns_steps))
     return opts
