@@ -170,19 +170,28 @@ def test_lora_evaluation_costs_follow_the_rounds_software():
     from trainperf.plan.perf import Layout, Model
     from trainperf.plan.workload import load_benchmark
 
-    costs = {r: (b.eval_overhead_s, b.first_eval_s)
+    costs = {r: (b.eval_overhead_s, b.eval_eager_s_per_layer, b.first_eval_s)
              for r in ("4.0", "4.1", "5.0") for b in [load_benchmark("llama2_70b_lora", r)]}
-    assert costs == {"4.0": (0.7, 18.5), "4.1": (0.8, 8.5), "5.0": (0.0, 0.0)}
+    assert costs == {"4.0": (0.30, 0.00532, 18.5), "4.1": (0.42, 0.00511, 8.5), "5.0": (0.0, 0.0, 0.0)}
     g = load_benchmark("gpt3_175b", "3.1")
-    assert (g.eval_overhead_s, g.first_eval_s) == (0.0, 0.0)
-    # same cluster and layout: v4.1 pays 0.8 s more per evaluation and 8.5 s more once per run
+    assert (g.eval_overhead_s, g.eval_eager_s_per_layer, g.first_eval_s) == (0.0, 0.0, 0.0)
+    # same cluster and layout: v4.1's eager evaluation forward takes its floor (80 layers x 5.11 ms)
+    # where v5.0's compute is shorter, plus 0.42 s per evaluation, and 8.5 s more once per run
     cal = load_calibration()
     lay = Layout(tp=4, cp=2, dp=64, mbs=1, gbs=64, precision="fp8")
     e41, e50 = (Model(load_benchmark("llama2_70b_lora", r), cluster(get_gpu("h200"), 512), cal, r).estimate(lay)
                 for r in ("4.1", "5.0"))
     assert e41.step_time_s == pytest.approx(e50.step_time_s)
-    assert e41.eval_s / e41.evals - e50.eval_s / e50.evals == pytest.approx(0.8)
+    fwd = e50.eval_s / e50.evals / 3  # ceil(173 / 64) forwards, nothing fixed
+    assert fwd < 80 * 0.00511
+    assert e41.eval_s / e41.evals == pytest.approx(3 * 80 * 0.00511 + 0.42)
     assert e41.overhead_s == pytest.approx(cal.run_overhead_s + 8.5) and e50.overhead_s == pytest.approx(cal.run_overhead_s)
+    # where compute is longer than the floor (8 GPUs: 87 forwards per rank at tp 4, cp 1), compute
+    lay8 = Layout(tp=4, cp=1, dp=2, mbs=1, gbs=8, precision="fp8")
+    e41, e50 = (Model(load_benchmark("llama2_70b_lora", r), cluster(get_gpu("h100"), 8), cal, r).estimate(lay8)
+                for r in ("4.1", "5.0"))
+    assert e50.eval_s / e50.evals / 87 > 80 * 0.00511
+    assert e41.eval_s / e41.evals == pytest.approx(e50.eval_s / e50.evals + 0.42)
 
 
 def test_fp4_runs_only_its_share_of_gemm_work_at_the_fp4_rate():

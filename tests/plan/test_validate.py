@@ -351,9 +351,10 @@ def test_validation_splits_by_submitter_and_round(rows):
     assert old["rows"] + new["rows"] == s["fit"]["rows"] + s["held_out"]["rows"]
     assert sum(d["rows"] for d in pop["each_round"].values()) == old["rows"] + new["rows"]
     assert set(pop["each_round"]) >= {"4.1", "5.0", "5.1"}
-    # as measured 2026-12-06 (bench/results/plan_validation_record_2026-12-03_to_07.md): the same direction as on the external set
+    # as measured 2026-12-07 (bench/results/plan_validation_record_2026-12-03_to_07.md): the same
+    # direction as on the external set (older rounds were worse too until LoRA v4.x's eager
+    # evaluation was priced: 7.61% before 5.0, 7.75% from it)
     assert pop["submitter"]["others"]["mape"] > pop["submitter"]["NVIDIA"]["mape"]
-    assert old["mape"] > new["mape"]
 
 
 def test_the_fit_prices_a_row_in_the_format_its_own_configs_name():

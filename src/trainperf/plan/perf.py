@@ -507,7 +507,8 @@ class Model:
             pp=lay.pp, vpp=lay.vpp, dp=lay.dp, mbs=lay.mbs, layer=ly, layers=L, stage_layers=S,
             head_f=hf, head_b=hb, t_f=t_f, t_b=t_b, p2p=p2p, dp_exposed=dp_exposed, optimizer=opt,
             overhead=self.cal.step_overhead_s, mem=mem,
-            eval_s=eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp, L * ly.fwd + hf, self.b.eval_overhead_s))
+            eval_s=eval_time(self.b.eval_samples, lay.dp, lay.mbs, lay.pp,
+                             max(L * ly.fwd + hf, L * self.b.eval_eager_s_per_layer), self.b.eval_overhead_s))
         self._cost_cache[key] = out
         return out
 
@@ -570,7 +571,9 @@ def eval_time(eval_samples: float, dp: int, mbs: int, pp: int, fwd_s: float, ove
     """Seconds of one evaluation: each data-parallel rank runs ceil(eval_samples / (dp·mbs))
     micro-batches forward (the last one partly padding), the pipeline fills once (pp - 1 more
     stage-times of `fwd_s`), and the evaluation pays `overhead_s` once, whatever its size. At 512
-    GPUs a LoRA evaluation is 3 micro-batches per rank, so the fixed part is most of it."""
+    GPUs a LoRA evaluation is 3 micro-batches per rank, so the fixed part is most of it. `fwd_s`
+    is the stage's forward, no less than its eager floor where the benchmark's software evaluates
+    eagerly (`Benchmark.eval_eager_s_per_layer`)."""
     m_eval = math.ceil(eval_samples / (dp * mbs))
     return (m_eval + pp - 1) * fwd_s + overhead_s
 

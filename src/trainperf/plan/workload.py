@@ -33,6 +33,9 @@ class Benchmark:
     # measured in the round's result logs, 0 where not measured (benchmarks.toml says where from):
     eval_overhead_s: float = 0.0  # fixed seconds per evaluation beyond its forward passes
     first_eval_s: float = 0.0  # one-time seconds on the clock around the first evaluation
+    # the least seconds per layer of an evaluation's forward: where training runs as CUDA graphs and
+    # evaluation eagerly, the eager forward is bound by the host's kernel launches, not the GPUs
+    eval_eager_s_per_layer: float = 0.0
     round: str = ""  # the MLPerf round whose rules these are ('5.1')
     runs_per_result: int = 1  # a score is the olympic mean of this many runs
     # How the submitters' software holds parameters and gradients (benchmarks.toml says where read).
@@ -153,7 +156,8 @@ def load_benchmark(name: str, round_: str | None = None, model: ModelConfig | No
                      lora=bool(r["lora"]), rcp_unit=r["rcp_unit"], eval_every_samples=r["eval_every_samples"],
                      eval_samples=eval_samples, skip_a=r["skip_a"], skip_b=r["skip_b"], model_source=src,
                      eval_overhead_s=float(r.get("eval_overhead_s", 0.0)),
-                     first_eval_s=float(r.get("first_eval_s", 0.0)), round=round_,
+                     first_eval_s=float(r.get("first_eval_s", 0.0)),
+                     eval_eager_s_per_layer=float(r.get("eval_eager_s_per_layer", 0.0)), round=round_,
                      runs_per_result=int(r.get("runs_per_result", 1)),
                      fp8_param_gather=bool(r.get("fp8_param_gather", False)),
                      grad_bytes=float(r.get("grad_bytes", 4.0)),
