@@ -244,6 +244,22 @@ def test_the_gram_form_is_the_same_polynomial_and_is_picked_for_wide_shapes(shap
     assert torch.equal(newton_schulz(near, coef, 1e-7, torch.bfloat16), newton_schulz(near, coef, 1e-7, torch.bfloat16, gram=False))
 
 
+def _as_wanted_and_nesterov_inside(ups, want, coef, dtype, atol, gen, **kw) -> None:
+    """`orthogonalize(ups, **kw)` gives `want`, stacked or one unit at a time, each in its update's
+    shape; the Nesterov update made inside the stack is the one made outside it, bit for bit."""
+    from trainperf.train.muon import orthogonalize
+
+    for stack in (True, False):
+        got = orthogonalize(ups, coef, 1e-7, dtype, stack=stack, **kw)
+        for g, w, u in zip(got, want, ups):
+            assert g.shape == u.shape
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=atol)
+    bufs = [torch.randn(u.shape, generator=gen) for u in ups]
+    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95, **kw)
+    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
+
+
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
 def test_head_blocks_are_orthogonalised_each_on_its_own(dtype, atol):
     """A matrix split into head blocks (rows as wq's heads, columns as wo's) gets each block's own
@@ -260,16 +276,9 @@ def test_head_blocks_are_orthogonalised_each_on_its_own(dtype, atol):
             torch.cat([newton_schulz(b, coef, 1e-7, dtype) for b in ups[1].chunk(4, 1)], 1),
             torch.cat([newton_schulz(b, coef, 1e-7, dtype) for b in ups[2].chunk(4, 0)], 0),
             newton_schulz(ups[3], coef, 1e-7, dtype)]
-    for stack in (True, False):
-        got = orthogonalize(ups, coef, 1e-7, dtype, stack=stack, blocks=blocks)
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=atol)
     whole = orthogonalize(ups, coef, 1e-7, dtype, stack=True)
     assert not torch.allclose(whole[0].float(), want[0].float(), atol=0.1)  # blocks are not the whole
-    bufs = [torch.randn(u.shape, generator=gen) for u in ups]
-    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95, blocks=blocks)
-    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True, blocks=blocks)
-    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
+    _as_wanted_and_nesterov_inside(ups, want, coef, dtype, atol, gen, blocks=blocks)
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.bfloat16, 2e-2)])
@@ -286,17 +295,9 @@ def test_joint_updates_are_one_matrix_and_step_at_its_size(dtype, atol):
     joint = [[0, 1], [2, 3]]
     want = [torch.cat([ups[0], ups[1]]), torch.cat([ups[2], ups[3]])]
     want = [o for w in want for o in newton_schulz(w, coef, 1e-7, dtype).split(10)] + [newton_schulz(ups[4], coef, 1e-7, dtype)]
-    for stack in (True, False):
-        got = orthogonalize(ups, coef, 1e-7, dtype, stack=stack, joint=joint)
-        for g, w, u in zip(got, want, ups):
-            assert g.shape == u.shape
-            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=atol)
     alone = orthogonalize(ups, coef, 1e-7, dtype, stack=True)
     assert not torch.allclose(alone[0].float(), want[0].float(), atol=0.05)  # joint is not each alone
-    bufs = [torch.randn(u.shape, generator=gen) for u in ups]
-    fused = orthogonalize(ups, coef, 1e-7, dtype, stack=True, toward=bufs, weight=0.95, joint=joint)
-    outside = orthogonalize(torch._foreach_lerp(ups, bufs, 0.95), coef, 1e-7, dtype, stack=True, joint=joint)
-    assert all(torch.equal(a, b) for a, b in zip(fused, outside))
+    _as_wanted_and_nesterov_inside(ups, want, coef, dtype, atol, gen, joint=joint)
     with pytest.raises(ValueError, match="cannot stack"):
         orthogonalize(ups, coef, 1e-7, dtype, joint=[[0, 4]])
 

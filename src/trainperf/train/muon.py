@@ -125,12 +125,13 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
     members = set(i for u in joint or [] for i in u)
     units = [list(u) for u in joint or []] + [[i] for i in range(len(updates)) if i not in members]
 
-    def views(i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return head_blocks(updates[i], blocks[i]), None if toward is None else head_blocks(toward[i], blocks[i])
+    made = [(head_blocks(u, b), None if toward is None else head_blocks(toward[i], b))
+            for i, (u, b) in enumerate(zip(updates, blocks))]
+    views = made.__getitem__
 
     def shape(unit: list[int]) -> tuple[int, int, int]:  # (blocks, rows, cols) of the unit's matrices
-        n, r, c = views(unit[0])[0].shape
-        return n, sum(views(i)[0].size(1) for i in unit), c
+        n, r, c = made[unit[0]][0].shape
+        return n, sum(made[i][0].size(1) for i in unit), c
 
     out: list[torch.Tensor | None] = [None] * len(updates)
     stacked = dtype in STACKED_DTYPES if stack is None else stack
@@ -143,27 +144,35 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
         if len(ks) == 1 or not stacked:
             for k in ks:
                 _one(units[k], views, blocks, out, schedule, eps, dtype, gram, weight)
-            continue
-        at = [0]
-        for k in ks:
-            at.append(at[-1] + shape(units[k])[0])
-        batch = torch.empty((at[-1], *key), dtype=dtype, device=updates[0].device)
-        places = []
-        for k, a, b in zip(ks, at, at[1:]):
-            off = 0
-            for i in units[k]:
-                v, t = views(i)
-                rows = slice(off, off + v.size(1))
-                off = rows.stop
-                if t is None:
-                    batch[a:b, rows].copy_(v)
-                else:
-                    torch.lerp(v, t, weight, out=batch[a:b, rows])
-                places.append((i, a, b, rows))
-        ortho = newton_schulz(batch, schedule, eps, dtype, gram)
-        for i, a, b, rows in places:
-            out[i] = from_blocks(ortho[a:b, rows], blocks[i])
+        else:
+            _stacked([units[k] for k in ks], [shape(units[k])[0] for k in ks], key, views, blocks, out,
+                     schedule, eps, dtype, gram, weight)
     return out  # type: ignore[return-value]
+
+
+def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], views, blocks: list[Block | None],
+             out: list, schedule: Schedule, eps: float, dtype: torch.dtype, gram: bool | None, weight: float) -> None:
+    """`orthogonalize`'s one batched call for units of one matrix shape, `sizes[k]` matrices each:
+    every member written into its rows of the stack in `dtype`, read back as a view."""
+    at = [0]
+    for n in sizes:
+        at.append(at[-1] + n)
+    batch = torch.empty((at[-1], *shape), dtype=dtype, device=views(units[0][0])[0].device)
+    places = []
+    for unit, a, b in zip(units, at, at[1:]):
+        off = 0
+        for i in unit:
+            v, t = views(i)
+            rows = slice(off, off + v.size(1))
+            off = rows.stop
+            if t is None:
+                batch[a:b, rows].copy_(v)
+            else:
+                torch.lerp(v, t, weight, out=batch[a:b, rows])
+            places.append((i, a, b, rows))
+    ortho = newton_schulz(batch, schedule, eps, dtype, gram)
+    for i, a, b, rows in places:
+        out[i] = from_blocks(ortho[a:b, rows], blocks[i])
 
 
 def _one(unit: list[int], views, blocks: list[Block | None], out: list, schedule: Schedule, eps: float,
