@@ -37,3 +37,62 @@ def test_keep_freed_memory_is_accepted_by_this_c_library():
     except AttributeError:
         pytest.skip("no mallopt (not glibc)")
     assert host.keep_freed_memory()
+
+
+def test_threads_beside_other_work_leave_each_busy_core_to_it():
+    """One thread fewer per core other work holds, from three quarters of one; never none."""
+    assert [host.threads_beside(2, b) for b in (0.0, 0.6, 0.8, 1.0, 1.7, 2.0)] == [2, 2, 1, 1, 1, 1]
+    assert [host.threads_beside(8, b) for b in (0.7, 0.8, 3.0, 7.9, 12.0)] == [8, 7, 5, 1, 1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat")
+def test_busy_cores_elsewhere_sees_another_process_and_not_this_one():
+    """A busy child process shows as about a core; this process's own busy loop does not count."""
+    import subprocess
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert host.busy_cores_elsewhere(0.5) > 0.5
+    finally:
+        child.kill()
+        child.wait()
+
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    import threading
+
+    t = threading.Thread(target=spin, args=(0.6,))
+    t.start()
+    try:
+        own = host.busy_cores_elsewhere(0.5)
+    finally:
+        t.join()
+    assert own is not None and own < 0.5
+
+
+def test_a_run_takes_one_thread_per_free_core_unless_threads_were_chosen(monkeypatch, capsys):
+    """A single process whose threads nobody chose trains beside other work on the cores left, and
+    says so; OMP_NUM_THREADS, several processes and smoke models keep their own rule."""
+    from types import SimpleNamespace
+
+    from trainperf.parallel.env import DistEnv
+    from trainperf.train import benchmark
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(benchmark, "busy_cores_elsewhere", lambda: 1.0)
+    r = SimpleNamespace(smoke=SimpleNamespace(enabled=False))
+    assert benchmark.run_threads(r, DistEnv(), 2) == 1
+    assert "other work keeps 1.0 of 2 cores busy: training on 1 thread" in capsys.readouterr().out
+    assert benchmark.run_threads(r, DistEnv(rank=0, world_size=2), 2) == 2
+    monkeypatch.setattr(benchmark, "busy_cores_elsewhere", lambda: None)
+    assert benchmark.run_threads(r, DistEnv(), 2) == 2
+    monkeypatch.setattr(benchmark, "busy_cores_elsewhere", lambda: 1.0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert benchmark.run_threads(r, DistEnv(), 2) == 2
+    assert benchmark.run_threads(SimpleNamespace(smoke=SimpleNamespace(enabled=True)), DistEnv(), 2) == 1
+    assert capsys.readouterr().out == ""

@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +22,7 @@ import torch
 from trainperf.config import Recipe
 from trainperf.mlperf.benchmarks import benchmark_hooks
 from trainperf.parallel.env import DistEnv
+from trainperf.train.host import busy_cores_elsewhere, threads_beside
 from trainperf.train.trainer import RunOptions, Summary, TrainError, train
 
 
@@ -58,14 +60,30 @@ def run_benchmark(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
     return train(r, env, dataclasses.replace(opts, max_steps=min(opts.max_steps or cap, cap)))
 
 
-def _smoke(fn):
-    """Smoke models are so small that intra-op threads cost more than they give (10x slower on a
-    busy 2-core machine, measured), so a smoke run uses one CPU thread and then restores the setting."""
+def run_threads(r: Recipe, env: DistEnv, threads: int) -> int:
+    """CPU intra-op threads for one run. Smoke models are so small that threads cost more than
+    they give (10x slower on a busy 2-core machine, measured): one. A single process whose threads
+    nobody chose (OMP_NUM_THREADS unset; torchrun sets it for several) takes one per core that
+    other work leaves free (`host.threads_beside`), saying so."""
+    if r.smoke.enabled:
+        return 1
+    if env.distributed or "OMP_NUM_THREADS" in os.environ:
+        return threads
+    busy = busy_cores_elsewhere()
+    n = threads if busy is None else threads_beside(threads, busy)
+    if n < threads and env.is_main:
+        print(f"trainperf: other work keeps {busy:.1f} of {threads} cores busy: training on {n} "
+              f"thread{'s' if n > 1 else ''} (OMP_NUM_THREADS chooses)", flush=True)
+    return n
+
+
+def _threads(fn):
+    """`fn` on `run_threads` CPU threads, the setting restored after (each seed chooses anew)."""
     def wrapped(r: Recipe, env: DistEnv, opts: RunOptions) -> Summary:
-        if not r.smoke.enabled or env.device.type != "cpu":
+        if env.device.type != "cpu":
             return fn(r, env, opts)
         n = torch.get_num_threads()
-        torch.set_num_threads(1)
+        torch.set_num_threads(run_threads(r, env, n))
         try:
             return fn(r, env, opts)
         finally:
@@ -73,7 +91,7 @@ def _smoke(fn):
     return wrapped
 
 
-run_benchmark = _smoke(run_benchmark)
+run_benchmark = _threads(run_benchmark)
 
 
 @dataclass

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import time
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
@@ -27,3 +29,32 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def busy_cores_elsewhere(seconds: float = 0.25) -> float | None:
+    """Cores that other work kept busy over `seconds`: the machine's busy time in /proc/stat
+    (stolen time included: a vCPU the host takes away stalls as one another process holds) less
+    this process's own CPU time, per second of wall clock. None where /proc/stat cannot be read."""
+    def machine() -> tuple[int, int]:  # (all jiffies, idle + iowait jiffies)
+        with open("/proc/stat", encoding="ascii") as f:
+            vals = [int(v) for v in f.readline().split()[1:9]]
+        return sum(vals), vals[3] + vals[4]
+
+    try:
+        (t0, i0), own0, w0 = machine(), os.times(), time.monotonic()
+        time.sleep(seconds)
+        (t1, i1), own1, w1 = machine(), os.times(), time.monotonic()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = ((t1 - t0) - (i1 - i0)) / os.sysconf("SC_CLK_TCK")
+    own = (own1.user + own1.system) - (own0.user + own0.system)
+    return max(0.0, busy - own) / max(w1 - w0, 1e-9)
+
+
+def threads_beside(threads: int, busy: float) -> int:
+    """Intra-op threads to use where `busy` cores of the `threads` torch would use are taken by
+    other work: one fewer per core taken (from three quarters of one), at least one. torch's CPU
+    threads meet at a barrier in every operation, so one that shares its core with another process
+    holds the others at each one: `tiny` trained in 61.8 s on 2 threads beside one busy process and
+    in 25.3 s on 1 (15.3 s on 2 alone; 2-core Zen 5, bench/results/tiny_records_2026-12-06_to_07.md)."""
+    return max(1, threads - int(busy + 0.25))
