@@ -96,3 +96,23 @@ def test_a_run_takes_one_thread_per_free_core_unless_threads_were_chosen(monkeyp
     assert benchmark.run_threads(r, DistEnv(), 2) == 2
     assert benchmark.run_threads(SimpleNamespace(smoke=SimpleNamespace(enabled=True)), DistEnv(), 2) == 1
     assert capsys.readouterr().out == ""
+
+
+def test_busy_cores_elsewhere_counts_only_the_cpus_this_process_may_use(monkeypatch):
+    """In a container pinned to some CPUs, the host's other CPUs' work does not count; stolen time
+    does. Fake /proc/stat: cpu1 busy for a whole second, cpu0 idle then half stolen."""
+    import io
+
+    hz = 100
+    reads = iter([
+        "cpu  0 0 0 0 0 0 0 0\ncpu0 0 0 0 100 0 0 0 0\ncpu1 0 0 0 100 0 0 0 0\nintr 1\n",
+        "cpu  0 0 0 0 0 0 0 0\ncpu0 0 0 0 150 0 0 0 50\ncpu1 100 0 0 100 0 0 0 0\nintr 2\n",
+    ])
+    clock = iter([0.0, 1.0])
+    monkeypatch.setattr(host, "open", lambda *a, **k: io.StringIO(next(reads)), raising=False)
+    monkeypatch.setattr(host.time, "sleep", lambda s: None)
+    monkeypatch.setattr(host.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(host.os, "sysconf", lambda name: hz)
+    monkeypatch.setattr(host.os, "times", lambda: type("T", (), {"user": 0.0, "system": 0.0})())
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert host.busy_cores_elsewhere() == pytest.approx(0.5)  # cpu0's stolen half; cpu1 is not ours

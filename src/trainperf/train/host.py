@@ -32,13 +32,23 @@ def keep_freed_memory() -> bool:
 
 
 def busy_cores_elsewhere(seconds: float = 0.25) -> float | None:
-    """Cores that other work kept busy over `seconds`: the machine's busy time in /proc/stat
-    (stolen time included: a vCPU the host takes away stalls as one another process holds) less
-    this process's own CPU time, per second of wall clock. None where /proc/stat cannot be read."""
-    def machine() -> tuple[int, int]:  # (all jiffies, idle + iowait jiffies)
+    """Cores that other work kept busy over `seconds`: the busy time /proc/stat counts on the CPUs
+    this process may run on (a container's cpuset, not the whole host; stolen time included: a vCPU
+    the host takes away stalls as one another process holds) less this process's own CPU time, per
+    second of wall clock. None where /proc/stat cannot be read."""
+    mine = {f"cpu{i}" for i in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else None
+
+    def machine() -> tuple[int, int]:  # (all jiffies, idle + iowait jiffies) over those CPUs
+        total = idle = 0
         with open("/proc/stat", encoding="ascii") as f:
-            vals = [int(v) for v in f.readline().split()[1:9]]
-        return sum(vals), vals[3] + vals[4]
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name != "cpu" and (mine is None or name in mine):
+                    vals = [int(v) for v in fields[:8]]
+                    total, idle = total + sum(vals), idle + vals[3] + vals[4]
+        if not total:
+            raise ValueError("no cpuN lines")
+        return total, idle
 
     try:
         (t0, i0), own0, w0 = machine(), os.times(), time.monotonic()
