@@ -2,7 +2,7 @@
 
 torch's Muon (since 2.9) is kept for everything it owns: the parameter groups, the hyperparameters,
 the state (`momentum_buffer`, so checkpoints are the same) and its learning-rate adjustment. Only
-the step is restated, for two reasons measured or forced here:
+the step is restated, for three reasons measured or forced here:
 - torch iterates Newton-Schulz in bf16. A CPU without AMX has no bf16 matmul units: on a 2-core
   AVX2 EPYC the optimizer took 11.5 s per step of the `tiny` model (the forward and backward 2.8 s).
   `ns_dtype` follows the run's precision instead: bf16 where the run found bf16 fast, fp32 elsewhere.
@@ -10,10 +10,12 @@ the step is restated, for two reasons measured or forced here:
   shard; the update is computed on the gathered matrix (every rank the same) and each rank keeps its
   shard of it, so any layout takes the one-process step.
 - Speed at a small batch, where the step is a fixed cost beside a short forward and backward: the
-  momentum updates are one foreach call each, and in bf16 the matrices of one shape (a transposed
-  tall one counts as its wide shape) go through Newton-Schulz as one stack, one batched matmul per
-  product (`orthogonalize`).
-With `ns_dtype=torch.bfloat16` the step is torch's, operation for operation (tests/train/test_optim.py).
+  momentum updates are one foreach call each, and in bf16 the matrices of one shape go through
+  Newton-Schulz as one stack, one batched matmul per product (`orthogonalize`); what is one matrix
+  can be chosen too: each attention head's block (`blocks`), a gate and up projection together
+  (`joint`).
+With `ns_dtype=torch.bfloat16` and whole matrices the step is torch's, operation for operation
+(tests/train/test_optim.py).
 """
 
 from __future__ import annotations
