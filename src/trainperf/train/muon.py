@@ -124,21 +124,19 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
     straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
     come back in `dtype`, as views of the stack where the layout allows."""
     blocks = blocks or [None] * len(updates)
-    members = set(i for u in joint or [] for i in u)
-    units = [list(u) for u in joint or []] + [[i] for i in range(len(updates)) if i not in members]
-
-    made = [(head_blocks(u, b), None if toward is None else head_blocks(toward[i], b))
-            for i, (u, b) in enumerate(zip(updates, blocks))]
-    views = made.__getitem__
+    units = _units(len(updates), joint)
+    # each update's blocks [n, rows, cols], and its Nesterov target's
+    views = [(head_blocks(u, b), None if toward is None else head_blocks(toward[i], b))
+             for i, (u, b) in enumerate(zip(updates, blocks))]
 
     def shape(unit: list[int]) -> tuple[int, int, int]:  # (blocks, rows, cols) of the unit's matrices
-        n, r, c = made[unit[0]][0].shape
-        return n, sum(made[i][0].size(1) for i in unit), c
+        n, r, c = views[unit[0]][0].shape
+        return n, sum(views[i][0].size(1) for i in unit), c
 
     out: list[torch.Tensor | None] = [None] * len(updates)
     stacked = dtype in STACKED_DTYPES if stack is None else stack
     for u in units:
-        if len({(views(i)[0].size(0), views(i)[0].size(2)) for i in u}) > 1:
+        if len({(views[i][0].size(0), views[i][0].size(2)) for i in u}) > 1:
             raise ValueError(f"joint updates {u} differ in blocks or columns: they cannot stack as one matrix")
     shapes = {k: shape(u)[1:] for k, u in enumerate(units)}
     for key in dict.fromkeys(shapes.values()):
@@ -152,19 +150,25 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
     return out  # type: ignore[return-value]
 
 
-def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], views, blocks: list[Block | None],
+def _units(n: int, joint: list[list[int]] | None) -> list[list[int]]:
+    """The units `orthogonalize` takes as one matrix each: the joint lists, then every other index alone."""
+    members = {i for u in joint or [] for i in u}
+    return [list(u) for u in joint or []] + [[i] for i in range(n) if i not in members]
+
+
+def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], views: list, blocks: list[Block | None],
              out: list, schedule: Schedule, eps: float, dtype: torch.dtype, gram: bool | None, weight: float) -> None:
     """`orthogonalize`'s one batched call for units of one matrix shape, `sizes[k]` matrices each:
     every member written into its rows of the stack in `dtype`, read back as a view."""
     at = [0]
     for n in sizes:
         at.append(at[-1] + n)
-    batch = torch.empty((at[-1], *shape), dtype=dtype, device=views(units[0][0])[0].device)
+    batch = torch.empty((at[-1], *shape), dtype=dtype, device=views[units[0][0]][0].device)
     places = []
     for unit, a, b in zip(units, at, at[1:]):
         off = 0
         for i in unit:
-            v, t = views(i)
+            v, t = views[i]
             rows = slice(off, off + v.size(1))
             off = rows.stop
             if t is None:
@@ -177,10 +181,10 @@ def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], v
         out[i] = from_blocks(ortho[a:b, rows], blocks[i])
 
 
-def _one(unit: list[int], views, blocks: list[Block | None], out: list, schedule: Schedule, eps: float,
+def _one(unit: list[int], views: list, blocks: list[Block | None], out: list, schedule: Schedule, eps: float,
          dtype: torch.dtype, gram: bool | None, weight: float) -> None:
     """`orthogonalize`'s one call for one unit: a lone whole matrix in 2-D, anything else as blocks."""
-    parts = [(v if t is None else torch.lerp(v, t, weight)) for v, t in map(views, unit)]
+    parts = [(v if t is None else torch.lerp(v, t, weight)) for v, t in (views[i] for i in unit)]
     x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     if x.size(0) == 1 and blocks[unit[0]] is None:
         x = x[0]
@@ -266,9 +270,8 @@ class Muon(torch.optim.Muon):
                  gram: bool | None, blocks: list[Block | None], joint: list[list[int]]) -> list[DTensor]:
         """Each unit (`orthogonalize`) on its gathered whole, one at a time (a model's matrices are
         never whole together), every rank keeping its shard of the result."""
-        members = {i for u in joint for i in u}
         out: list[DTensor | None] = [None] * len(updates)
-        for unit in joint + [[i] for i in range(len(updates)) if i not in members]:
+        for unit in _units(len(updates), joint):
             fulls = [updates[i].full_tensor() for i in unit]
             orthos = orthogonalize(fulls, schedule, eps, dtype, stack=False, gram=gram,
                                    blocks=[blocks[i] for i in unit], joint=[list(range(len(unit)))])
