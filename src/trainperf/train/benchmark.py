@@ -67,8 +67,8 @@ def run_threads(r: Recipe, env: DistEnv, threads: int) -> int:
     other work leaves free (`host.threads_beside`), saying so."""
     if r.smoke.enabled:
         return 1
-    if env.distributed or "OMP_NUM_THREADS" in os.environ:
-        return threads
+    if threads <= 1 or env.distributed or "OMP_NUM_THREADS" in os.environ:
+        return threads  # nothing to take away, or threads somebody chose: no 0.25 s look at the load
     busy = busy_cores_elsewhere()
     n = threads if busy is None else threads_beside(threads, busy)
     if n < threads and env.is_main:
