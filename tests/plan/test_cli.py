@@ -1,5 +1,6 @@
 """`trainperf plan` through the real CLI entry point."""
 
+import csv
 import json
 
 import pytest
@@ -138,7 +139,7 @@ def test_validate_and_calibrate_take_only_their_options(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --round" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, msg", [(["--published", "--holdout", "round"], "one at a time"),
+@pytest.mark.parametrize("extra, msg", [(["--published", "--holdout", "round"], "one at a time"), (["--holdout", "round", "--results", "x.csv"], "one at a time"),
                                         (["--published", "--benchmark", "gpt3"], "not in --published")])
 def test_validate_sets_are_asked_one_at_a_time(capsys, extra, msg):
     assert main(["plan", "validate", *extra]) == 2
@@ -204,3 +205,45 @@ def test_formats_nvidia_ran_on_the_gpu_kind_rank_first(capsys):
     # no NVIDIA LoRA config on B200 in v5.1: no format is preferred
     lo = run_json(capsys, "llama2_70b_lora", "--gpu", "b200", "--gpus", "8", "--round", "5.1")
     assert lo["formats_published"] is None and lo["layout"]["precision"] == "fp4"
+
+
+def _catalogue_rows(n: int) -> tuple[list[str], list[dict]]:
+    """The catalogue's header and its first `n` rows of one NVIDIA and one other submitter each."""
+    from trainperf.plan.results import RESULTS
+
+    with open(RESULTS, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    nvidia = [r for r in rows if r["submitter"] == "NVIDIA"][:n]
+    others = [r for r in rows if r["submitter"] != "NVIDIA"][:n]
+    return reader.fieldnames, nvidia + others
+
+
+def test_validate_results_predicts_that_table_only(capsys, tmp_path):
+    """`--results CSV` predicts the rows of another table (results the fit never saw), not the catalogue's."""
+    header, rows = _catalogue_rows(1)
+    table = tmp_path / "mine.csv"
+    with open(table, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows(rows)
+    d = run_json(capsys, "validate", "--results", str(table))
+    assert [(r["submitter"], r["gpus"]) for r in d["rows"]] == [(r["submitter"], int(r["num_accelerators"])) for r in rows]
+    assert [r["split"] for r in d["rows"]] == ["fit", "held_out"]
+    assert d["anchors"] == []  # the article's checks are the catalogue's
+
+
+@pytest.mark.parametrize("content, msg", [(None, "cannot read"), ("header-only", "no result rows"),
+                                          ("bad-row", ":2: bad results row")])
+def test_validate_results_refuses_a_bad_table_in_one_line(capsys, tmp_path, content, msg):
+    table = tmp_path / "mine.csv"
+    if content is not None:
+        header, rows = _catalogue_rows(1)
+        with open(table, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=header)
+            w.writeheader()
+            if content == "bad-row":
+                w.writerow({**rows[0], "num_accelerators": "many"})
+    assert main(["plan", "validate", "--results", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1, err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from trainperf.cli.args import finite_float, positive_int
 from trainperf.errors import RunError, UsageError
@@ -153,6 +154,8 @@ def add_parser(sub, common) -> None:
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.add_argument("--holdout", metavar="BY", default=None,
                    help="round, generation, submitter or benchmark: refit without each group, predict it (minutes)")
+    v.add_argument("--results", metavar="CSV", default=None,
+                   help="predict the rows of this table (the catalogue's columns: data/mlperf_results.csv) instead")
     v.set_defaults(handler=cmd_validate, stack="megatron")  # MLPerf's results ran on Megatron/NeMo
 
     s = verbs.add_parser("sweep", parents=[common], help="predict over GPU kinds and counts")
@@ -264,8 +267,8 @@ def cmd_validate(args) -> int:
     """`plan validate`: the MLPerf results (default), `--published` runs or `--holdout` splits."""
     from trainperf.plan import view
 
-    if args.published and args.holdout:
-        raise UsageError("--published and --holdout: one at a time")
+    if sum(map(bool, (args.published, args.holdout, args.results))) > 1:
+        raise UsageError("--published, --holdout and --results: one at a time")
     if args.published:
         from trainperf.plan.published import validate_published
 
@@ -282,7 +285,7 @@ def cmd_validate(args) -> int:
         return _show(args, d, lambda: view.print_holdout(d))
     from trainperf.plan.validate import run_validation
 
-    val = run_validation(_calibration(args)[0], args.only)
+    val = run_validation(_calibration(args)[0], args.only, Path(args.results) if args.results else None)
     return _show(args, val.to_dict() if args.json else None, lambda: view.print_validation_report(val))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from trainperf.config import ConfigError
 from trainperf.errors import PlanError
@@ -355,20 +356,26 @@ def _conformal(rows: list[Row], software_sd: float) -> float:
     return math.ceil(round(sd * 1e4, 6)) / 1e4
 
 
-def run_validation(cal: Calibration, only: str | None = None) -> Validation:
+def run_validation(cal: Calibration, only: str | None = None, results_csv: Path | None = None) -> Validation:
     """Every catalogue row predicted through `make_plan` (`only`: the rows of one benchmark), the
-    cross-fitted band, and with all benchmarks the article's checks."""
+    cross-fitted band, and with all benchmarks the article's checks. `results_csv`: another table
+    of results in the catalogue's columns instead (results the fit never saw); the article's checks
+    are the catalogue's, so they are left out then."""
     from trainperf.plan.anchors import check_anchors
 
-    results = load_results()
+    results = load_results(results_csv)
+    if not results:
+        raise ConfigError(f"{results_csv or 'the catalogue'}: no result rows")
     if only and not any(picked(only, r.benchmark) for r in results):
         raise ConfigError(f"--benchmark: no published rows for '{only}'")
     rows = validate(cal, results)
     # the cross-fitted coverage's other band, from every benchmark's evaluation-half rows just
-    # predicted, as the shipped one came from every benchmark's band-calibration half (measure_band)
-    cross_sd, cross_by = band_sd(rows, cal.software_sd, "evaluation")[:2] if cal.config_sd > 0 else (None, None)
+    # predicted, as the shipped one came from every benchmark's band-calibration half (measure_band);
+    # a catalogue measurement: another table is judged by the shipped band alone
+    cross = cal.config_sd > 0 and results_csv is None
+    cross_sd, cross_by = band_sd(rows, cal.software_sd, "evaluation")[:2] if cross else (None, None)
     if only:
         rows = [r for r in rows if picked(only, r.result.benchmark)]
     s = summary(rows, cross_sd, cross_by)
-    anchors, speedup = check_anchors(cal) if not only else ([], None)
+    anchors, speedup = check_anchors(cal) if not only and results_csv is None else ([], None)
     return Validation(rows, s, cal, cross_sd, cross_by, anchors, speedup)
