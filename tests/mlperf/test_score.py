@@ -243,3 +243,44 @@ def test_mllog_can_reopen_the_same_path_in_one_process(tmp_path):
     second.event("seed", 2)
     second.close()
     assert '"value": 2' in p.read_text() and '"value": 1' not in p.read_text()
+
+
+def _record(msg, *args, module="rcp_checker"):
+    """A log record as the package's rcp_checker makes it (`logging.info(msg, *args)` in its module)."""
+    import logging
+
+    return logging.LogRecord("root", logging.INFO, f"/site-packages/mlperf_logging/rcp_checker/{module}.py", 1,
+                             msg, args, None)
+
+
+def test_rcp_numbers_from_each_message_the_package_logs():
+    from trainperf.mlperf.score import rcp_numbers
+
+    record = {"Benchmark": "llama31_8b", "BS": 32, "RCP Mean": 178858.0, "Max Speedup": 1.03, "Min Epochs": 1.0}
+    plain = [_record(" RCP Record: %s", record), _record(" Submission mean epochs: %.4f", 184320.123456)]
+    got = rcp_numbers(plain)
+    assert got["submission_mean"] == 184320.123456  # the argument, not the message's 4 decimals
+    assert (got["rcp_mean"], got["rcp_min_mean"]) == (178858.0, pytest.approx(178858.0 / 1.03))
+    # a normalizing set: the sentence after it names the mean too, without a colon (it crashed score)
+    factor = _record(" Submission mean epochs faster than RCP mean but within max speedup range. Score should be "
+                     "normalized by factor of 178858.0 / 176128.5 = 1.0155")
+    normalized = [plain[0], _record(" Submission mean epochs: %.4f", 176128.5), factor]
+    assert rcp_numbers(normalized)["submission_mean"] == 176128.5
+    assert rcp_numbers([factor])["submission_mean"] == 176128.5
+    # what cannot be read is unknown: other modules' records, odd forms, bad arguments, none at all
+    odd = [_record(" Submission mean epochs: 1.0", module="elsewhere"), _record(" Submission mean epochs"),
+           _record(" Submission mean epochs: %d %d", 1), _record(" Submission mean epochs: n/a"),
+           _record(" RCP Record: %s", {"RCP Mean": "x", "Max Speedup": 0})]
+    assert rcp_numbers(odd) == {"submission_mean": None, "rcp_mean": None, "rcp_min_mean": None}
+    assert rcp_numbers([]) == {"submission_mean": None, "rcp_mean": None, "rcp_min_mean": None}
+
+
+def test_rcp_check_of_a_set_the_package_normalizes(tmp_path):
+    # 176,128 samples at GBS 32: faster than the RCP mean (178,859), above the lowest passing mean
+    # (173,650), so the package scales the score and logs its sentence without a colon
+    runs = [_rcp_log(tmp_path / f"n{i}.txt", 176128) for i in range(10)]
+    res = rcp_check(runs, "llama31_8b", "6.1.0")
+    assert res.passed and res.numbers["submission_mean"] == 176128
+    assert res.numbers["normalization"] == pytest.approx(178858.67 / 176128, rel=1e-5)
+    assert "unknown" not in res.message
+

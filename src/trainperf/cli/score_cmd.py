@@ -68,7 +68,10 @@ def print_report(rep, out=None) -> None:
     rcp = rep.rcp
     if rcp.ran:
         n = rcp.numbers
-        nums = ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in n.items() if v is not None)
+        # the factor to 4 decimals, as the package logs it (x1.0347 read as 1.0 at one decimal)
+        nums = ", ".join(f"{k} {v:.4f}" if k == "normalization" and isinstance(v, float)
+                         else f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {'unknown' if v is None else v}"
+                         for k, v in n.items())
         print(f"RCP: {'pass' if rcp.passed else 'FAIL'} ({rcp.message}; {nums})", file=out)
     else:
         print(f"RCP: not checked ({rcp.message})", file=out)

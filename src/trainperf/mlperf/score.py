@@ -447,18 +447,63 @@ def rcp_check(runs: list[RunLog], benchmark: str, ruleset: str) -> RCPResult:
     finally:
         root.removeHandler(cap)
         root.setLevel(old_level)
-    nums: dict = {"global_batch_size": gbs.pop(), "normalization": float(norm),
+    nums: dict = {"global_batch_size": gbs.pop(), "normalization": _number(norm),
                   "unit": "tokens" if benchmark == "gpt3" else "samples"}
-    for rec in cap.records:
-        text = rec.getMessage()
-        if "Submission mean epochs" in text:
-            nums["submission_mean"] = float(text.rsplit(":", 1)[1])
-        if "RCP Record" in text and rec.args:
-            record = rec.args[0] if isinstance(rec.args, tuple) else rec.args
-            if isinstance(record, dict):
-                nums["rcp_mean"] = float(record.get("RCP Mean", 0))
-                nums["rcp_min_mean"] = float(record["RCP Mean"] / record["Max Speedup"]) if record.get("Max Speedup") else None
-    return RCPResult(True, bool(passed), str(msg), nums)
+    nums.update(rcp_numbers(cap.records))
+    unknown = [k for k in _RCP_NUMBERS if nums[k] is None]
+    message = str(msg)
+    if unknown:
+        message += f"; {', '.join(unknown)} unknown (not in what the package's rcp_checker logged)"
+    return RCPResult(True, bool(passed), message, nums)
+
+
+# The numbers read from the package's RCP check; each is None ("unknown") when its log says none.
+_RCP_NUMBERS = ("submission_mean", "rcp_mean", "rcp_min_mean")
+# rcp_checker (mlperf-logging 4.1.68) logs the submission mean twice when it normalizes: as
+# " Submission mean epochs: %.4f" and inside a sentence with no colon, "...Submission mean epochs
+# faster than RCP mean ... normalized by factor of {rcp mean} / {submission mean} = {factor}".
+_MEAN_LINE = re.compile(r"Submission mean epochs:\s*(\S+)\s*$")
+_FACTOR_LINE = re.compile(r"factor of (\S+) / (\S+) = (\S+)\s*$")
+
+
+def _number(v: Any) -> float | None:
+    """v as a float, None where it is not a number (numpy scalars and numeric strings are)."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def rcp_numbers(records: list[logging.LogRecord]) -> dict[str, float | None]:
+    """Submission mean, RCP mean and lowest passing mean from the log records of one
+    `rcp_checker.check_directory` call, each None where no record gives it. Records from elsewhere,
+    and messages in a form not known here, are skipped rather than trusted."""
+    out: dict[str, float | None] = dict.fromkeys(_RCP_NUMBERS)
+    normalized_mean = None
+    for rec in records:
+        if rec.module != "rcp_checker":
+            continue
+        try:
+            text = rec.getMessage()
+        except Exception:  # a record whose arguments do not fit its format string
+            continue
+        args = rec.args if isinstance(rec.args, tuple) else (rec.args,)
+        if "RCP Record" in text and args and isinstance(args[0], dict):
+            record = args[0]
+            mean, speedup = _number(record.get("RCP Mean")), _number(record.get("Max Speedup"))
+            out["rcp_mean"] = mean
+            out["rcp_min_mean"] = mean / speedup if mean is not None and speedup else None
+        elif (m := _MEAN_LINE.search(text)) is not None:
+            # the argument itself where it is there: the message rounds it to 4 decimals
+            exact = _number(args[0]) if len(args) == 1 and "%" in str(rec.msg) else None
+            out["submission_mean"] = exact if exact is not None else _number(m.group(1))
+        elif "Submission mean epochs" in text and (m := _FACTOR_LINE.search(text)) is not None:
+            normalized_mean = _number(m.group(2))
+    if out["submission_mean"] is None:
+        out["submission_mean"] = normalized_mean
+    return out
 
 
 @dataclass
