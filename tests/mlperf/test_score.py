@@ -284,3 +284,53 @@ def test_rcp_check_of_a_set_the_package_normalizes(tmp_path):
     assert res.numbers["normalization"] == pytest.approx(178858.67 / 176128, rel=1e-5)
     assert "unknown" not in res.message
 
+
+def _gpt3_log(path, tokens, gbs=2048):
+    recs = [("submission_benchmark", "gpt3", {}), ("global_batch_size", gbs, {}), ("run_start", None, {}),
+            ("eval_accuracy", 2.69, {"epoch_num": tokens}), ("run_stop", None, {"status": "success"})]
+    _mllog(path, [(1000 * i, k, v, m) for i, (k, v, m) in enumerate(recs)])
+
+
+def test_ruleset_option_picks_the_rules_and_the_rcps(lora_smoke, tmp_path, capsys):
+    # RCPs: gpt3 at GBS 2048 has 6 reference runs in 4.0.0 and 7 in 4.1.0 (the default)
+    for i in range(3):
+        _gpt3_log(tmp_path / "gpt3" / f"result_{i}.txt", 1_200_000_000)
+    means = {}
+    for extra in ([], ["--ruleset", "4.0.0"]):
+        main(["score", "--json", str(tmp_path / "gpt3"), *extra])
+        rep = json.loads(capsys.readouterr().out)
+        means[rep["ruleset"]] = rep["rcp"]["numbers"]["rcp_mean"]
+        assert rep["ruleset_source"] == "--ruleset" if extra else rep["ruleset_source"].startswith("default")
+    assert means == {"4.1.0": pytest.approx(1177760563.2), "4.0.0": pytest.approx(1182793728.0)}
+
+    # rules: a LoRA log without a key 6.1.0 added fails the default rules, with a hint, and not 4.1.0's
+    key = "lowest_numerical_precision_in_linear"
+
+    def older_log(lines):
+        # a smoke run stops short of the target; its last eval is put on it, so that the key is the
+        # only thing the checker finds wrong
+        last = max(i for i, l in enumerate(lines) if '"key": "eval_accuracy"' in l)
+        rec = json.loads(lines[last].split(":::MLLOG", 1)[1])
+        lines[last] = ":::MLLOG " + json.dumps({**rec, "value": 0.92})
+        return _drop(key)(lines)
+
+    _edit(lora_smoke / "result_0.txt", tmp_path / "lora", older_log)
+    default = score_dirs([tmp_path / "lora"])
+    assert default.ruleset == "6.1.0" and "default" in default.ruleset_source
+    assert default.runs[0].check.errors == [f"Required EXACTLY_ONE occurrence of '{key}' but found 0"]
+    assert "--ruleset 4.0.0 / 4.1.0" in default.score.message and key in default.score.message
+    older = score_dirs([tmp_path / "lora"], ruleset="4.1.0")
+    assert older.ruleset == "4.1.0" and older.ruleset_source == "--ruleset"
+    assert not any(key in e for e in older.runs[0].check.errors)
+    assert main(["score", "--ruleset", "4.1.0", str(tmp_path / "lora")]) == 1  # one aborted smoke run
+    assert "llama2_70b_lora (ruleset 4.1.0, --ruleset)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("asked", ["2.1.0", "5.0.0", "../../etc", "latest"])  # gpt3: 3.0.0 to 4.1.0
+def test_bad_ruleset_is_one_line_exit_2(tmp_path, capsys, asked):
+    for i in range(3):
+        _gpt3_log(tmp_path / f"result_{i}.txt", 1_200_000_000)
+    assert main(["score", "--ruleset", asked, str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"--ruleset {asked}" in err and "choices: 3.0.0, 3.1.0, 4.0.0, 4.1.0" in err

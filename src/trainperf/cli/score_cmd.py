@@ -22,6 +22,10 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
                    help="score a restarted run (earlier attempts in RUN/attempts/) at its whole wall clock, "
                         "first run_start to the final run_stop, as MLPerf counts it; without this flag such "
                         "a run is marked and counts as failed, since its log times the last attempt only")
+    p.add_argument("--ruleset", metavar="X.Y.Z", default=None,
+                   help="MLPerf training ruleset for the compliance check and the RCPs, one the installed "
+                        "mlperf-logging has for the benchmark, e.g. 4.0.0 for a v4.0 result (default: the newest "
+                        "it has; the logs do not say which round's rules they follow)")
     p.set_defaults(handler=cmd_score)
 
     q = sub.add_parser("package", parents=[common],
@@ -43,7 +47,8 @@ def _fmt(v, spec: str = "") -> str:
 def print_report(rep, out=None) -> None:
     out = out or sys.stdout
     w = max([len(str(r.path)) for r in rep.runs] + [3])
-    print(f"{rep.benchmark} (ruleset {rep.ruleset}): {len(rep.runs)} result logs", file=out)
+    print(f"{rep.benchmark} (ruleset {rep.ruleset}, {rep.ruleset_source or 'default'}): {len(rep.runs)} result logs",
+          file=out)
     unit = "tokens" if rep.benchmark == "gpt3" else "samples"
     print(f"  {'run':<{w}}  {'seed':>5}  {'status':<9}  {'minutes':>9}  {unit + ' to target':>18}  "
           f"{'tokens to target':>16}  {'model FLOPs':>11}  checker", file=out)
@@ -77,10 +82,10 @@ def print_report(rep, out=None) -> None:
         print(f"RCP: not checked ({rcp.message})", file=out)
 
 
-def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False) -> int:
+def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False, ruleset: str | None = None) -> int:
     from trainperf.mlperf.score import score_dirs
 
-    rep = score_dirs(dirs, count_restarts=count_restarts)
+    rep = score_dirs(dirs, count_restarts=count_restarts, ruleset=ruleset)
     if as_json:
         print(json.dumps(rep.to_dict(), indent=1))
     else:
@@ -89,7 +94,7 @@ def _score(dirs: list[Path], as_json: bool, count_restarts: bool = False) -> int
 
 
 def cmd_score(args) -> int:
-    return _score(args.dirs, args.json, args.count_restarts)
+    return _score(args.dirs, args.json, args.count_restarts, args.ruleset)
 
 
 def cmd_package(args) -> int:

@@ -15,6 +15,11 @@
   `count_restarts`, which scores it at that whole wall clock.
 - The RCP check is the package's `rcp_checker.check_directory`, run on a private copy of the logs (it
   writes scaling.json next to them), where the package has RCPs for the benchmark and ruleset.
+- One ruleset serves both checks: by default the newest the package has for the benchmark, or the
+  one the user names (`ruleset=`, checked against those the package ships). The logs cannot choose
+  it: no MLPerf log key names a ruleset, and the package's own checkers are told it on their command
+  line. A published result of an earlier round fails the newest rules only on the keys they added,
+  so such failures get a hint to name the round's ruleset.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainperf.errors import RulesError, ScoreError
+from trainperf.errors import RulesError, ScoreError, UsageError
 from trainperf.mlperf.benchmarks import OFFICIAL
 from trainperf.mlperf.check import CheckResult, check_log
 from trainperf.mlperf.logger import RULES_DIR, render_rules
@@ -266,17 +271,68 @@ def restart_info(run: RunLog) -> tuple[int, float | None]:
     return n, (run.stop_ms - min(starts + [run.start_ms or run.stop_ms])) / 60000.0
 
 
-def checker_rules(benchmark: str, log_dir: Path) -> tuple[str, Path | None]:
-    """(ruleset, custom YAML or None) for a benchmark: the package's rules for the official ones,
-    the run's own compliance.yaml or trainperf's YAML for ours."""
+# trainperf's own rules (rules/*.yaml) chain the common rules of this ruleset, and only of this one.
+OWN_RULESET = "6.1.0"
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlperf-logging")
+    except PackageNotFoundError:
+        return "(unknown version)"
+
+
+def _version_key(ruleset: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in ruleset.split("."))
+
+
+def package_rulesets(benchmark: str) -> list[str]:
+    """The training rulesets, oldest first, whose closed rules in the installed mlperf-logging
+    include `benchmark` (the checker crashes on a benchmark its ruleset lacks)."""
+    import mlperf_logging
+
+    root = Path(mlperf_logging.__file__).parent / "compliance_checker"
+    found = [p.parent.name.removeprefix("training_") for p in root.glob(f"training_*/closed_{benchmark}.yaml")]
+    # training_0.7.0_warn and the like are variants of a ruleset, not one a round used
+    return sorted((r for r in found if re.fullmatch(r"\d+\.\d+\.\d+", r)), key=_version_key)
+
+
+def ruleset_choices(benchmark: str) -> list[str]:
+    """The rulesets `benchmark`'s logs can be checked against: the package's for an official
+    benchmark, the one trainperf's own rules are written for otherwise."""
+    return package_rulesets(benchmark) if benchmark in OFFICIAL else [OWN_RULESET]
+
+
+def choose_ruleset(benchmark: str, asked: str | None = None) -> tuple[str, str]:
+    """(ruleset, where it came from) for checking and RCP-scoring `benchmark`'s logs: `asked` (the
+    user's --ruleset) once it is one of `ruleset_choices`, else the default (a UsageError naming the
+    choices when it is not one)."""
+    if asked is None:
+        if benchmark in OFFICIAL:
+            return OFFICIAL[benchmark][0], (f"default: the newest mlperf-logging {_package_version()} has for "
+                                            f"{benchmark}; the logs do not name theirs (--ruleset picks another)")
+        return OWN_RULESET, "trainperf's own rules"
+    choices = ruleset_choices(benchmark)
+    if asked not in choices:
+        raise UsageError(f"--ruleset {asked}: mlperf-logging {_package_version()} has no rules for {benchmark} at "
+                         f"that ruleset (choices: {', '.join(choices)})")
+    return asked, "--ruleset"
+
+
+def checker_rules(benchmark: str, log_dir: Path, ruleset: str | None = None) -> tuple[str, Path | None]:
+    """(ruleset, custom YAML or None) for a benchmark: the package's rules for the official ones
+    (at `ruleset`, default `choose_ruleset`'s), the run's own compliance.yaml or trainperf's YAML
+    for ours."""
     if benchmark in OFFICIAL:
-        return OFFICIAL[benchmark][0], None
+        return ruleset or OFFICIAL[benchmark][0], None
     own = log_dir / "compliance.yaml"
     if own.is_file():
-        return "6.1.0", _run_rules(own, benchmark)
+        return OWN_RULESET, _run_rules(own, benchmark)
     ours = RULES_DIR / f"{benchmark}.yaml"
     if ours.is_file():
-        return "6.1.0", ours
+        return OWN_RULESET, ours
     raise ScoreError(f"{log_dir}: no compliance rules for benchmark '{benchmark}' (official: "
                      f"{', '.join(OFFICIAL)}; trainperf's own: {', '.join(p.stem for p in RULES_DIR.glob('*.yaml'))})")
 
@@ -513,6 +569,7 @@ class Report:
     runs: list[RunLog]
     score: Score
     rcp: RCPResult
+    ruleset_source: str = ""  # where `ruleset` came from: "--ruleset", or why the default
 
     @property
     def ok(self) -> bool:
@@ -520,7 +577,8 @@ class Report:
 
     def to_dict(self) -> dict:
         return {
-            "benchmark": self.benchmark, "ruleset": self.ruleset, "ok": self.ok,
+            "benchmark": self.benchmark, "ruleset": self.ruleset, "ruleset_source": self.ruleset_source,
+            "ok": self.ok,
             "runs": [{"file": str(r.path), "seed": r.seed, "status": r.status, "minutes": r.minutes,
                       "samples_to_target": r.samples if r.converged else None,
                       "tokens_to_target": r.tokens if r.converged else None,
@@ -550,9 +608,31 @@ def one_benchmark(runs: list[RunLog]) -> str:
     return names[0]
 
 
-def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
-    """Check, score and RCP-check the result logs in `dirs` (one benchmark). A restarted run counts
-    as failed unless `count_restarts`, which scores it at its whole wall clock."""
+# How the checker reports a key the rules require and the log lacks (mlperf-logging 4.1.68's
+# mlp_compliance: EXACTLY_ONE, AT_LEAST_ONE, AT_LEAST(n), and the "'a' or 'b'" alternatives).
+_MISSING_KEY = re.compile(r"^Required [A-Z_]+(?:\(\d+\))? occurrence of ('[^']+'(?: or '[^']+')*)(?: but found 0)?$")
+
+
+def missing_keys_only(runs: list[RunLog]) -> list[str]:
+    """The keys the rules require and the logs lack, when those are the only checker failures of
+    `runs` (what an earlier round's log shows under newer rules); [] when any failure is another."""
+    keys: list[str] = []
+    for r in runs:
+        if r.check is None or r.check.passed:
+            continue
+        for e in r.check.errors or ["(no message)"]:
+            m = _MISSING_KEY.match(e)
+            if m is None:
+                return []
+            keys.extend(k for k in re.findall(r"'([^']+)'", m.group(1)) if k not in keys)
+    return keys
+
+
+def score_dirs(dirs: list[Path], count_restarts: bool = False, ruleset: str | None = None) -> Report:
+    """Check, score and RCP-check the result logs in `dirs` (one benchmark) against `ruleset`
+    (default: `choose_ruleset`'s; a UsageError when the package has no rules for the benchmark
+    there). A restarted run counts as failed unless `count_restarts`, which scores it at its whole
+    wall clock."""
     paths = find_results(dirs)
     runs = [read_log(p) for p in paths]
     for r in runs:
@@ -565,16 +645,23 @@ def score_dirs(dirs: list[Path], count_restarts: bool = False) -> Report:
             raise ScoreError(f"seed {r.seed} appears in {seen[r.seed]} and {r.path}; MLPerf runs need distinct seeds")
         if r.seed is not None:
             seen[r.seed] = r.path
-    ruleset = ""
+    ruleset, source = choose_ruleset(benchmark, ruleset)
     for r in runs:
-        ruleset, config = checker_rules(benchmark, r.path.parent)
-        r.check = check_log(r.path, ruleset, config)
+        used, config = checker_rules(benchmark, r.path.parent, ruleset)
+        r.check = check_log(r.path, used, config)
     required = required_runs(benchmark, runs[0].path.parent)
     good = [r for r in runs if r.ok]
     score = olympic_score([r.score_minutes for r in good], len(runs) - len(good), required)
+    older = [rs for rs in ruleset_choices(benchmark) if _version_key(rs) < _version_key(ruleset)]
+    lacking = missing_keys_only(runs)
+    if lacking and older:
+        more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+        score.message += (f"; the checker failures are all keys ruleset {ruleset} requires and the logs lack "
+                          f"({', '.join(lacking[:3])}{more}): logs of an earlier round may need its ruleset "
+                          f"(--ruleset {' / '.join(older)})")
     rcp = rcp_check(runs, benchmark, ruleset) if benchmark in OFFICIAL else RCPResult(
         False, None, f"no RCPs for {benchmark} (not an official benchmark)")
     if score.valid and rcp.passed and rcp.numbers.get("normalization", 1.0) > 1.0:
         score.minutes = score.raw_minutes * rcp.numbers["normalization"]
         score.message += f"; x{rcp.numbers['normalization']:.4f} RCP normalization"
-    return Report(benchmark, ruleset, runs, score, rcp)
+    return Report(benchmark, ruleset, runs, score, rcp, source)
