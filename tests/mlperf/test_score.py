@@ -8,7 +8,7 @@ import pytest
 
 from trainperf.cli.main import main
 from trainperf.mlperf.check import check_log
-from trainperf.mlperf.score import (RunLog, ScoreError, find_results, olympic_score, rcp_check, read_log,
+from trainperf.mlperf.score import (ScoreError, find_results, olympic_score, rcp_check, read_log,
                                     score_dirs)
 
 
