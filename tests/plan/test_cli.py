@@ -231,6 +231,7 @@ def test_validate_results_predicts_that_table_only(capsys, tmp_path):
     assert [(r["submitter"], r["gpus"]) for r in d["rows"]] == [(r["submitter"], int(r["num_accelerators"])) for r in rows]
     assert [r["split"] for r in d["rows"]] == ["fit", "held_out"]
     assert d["anchors"] == []  # the article's checks are the catalogue's
+    assert d["results"] == str(table) and d["refitted"] is False
 
 
 @pytest.mark.parametrize("content, msg", [(None, "cannot read"), ("header-only", "no result rows"),

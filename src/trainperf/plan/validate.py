@@ -313,10 +313,13 @@ class Validation:
     cross_by: dict | None
     anchors: list
     speedup: dict | None
+    table: Path | None = None  # `--results`: the table predicted instead of the catalogue
 
     def to_dict(self) -> dict:
         cal = self.calibration
-        return {"stack": "megatron", "summary": self.summary,
+        # the catalogue's output keeps its keys; another table is named, predicted with no refit
+        named = {} if self.table is None else {"results": str(self.table), "refitted": False}
+        return {"stack": "megatron", **named, "summary": self.summary,
                 "calibration": {"fitted_on": cal.fitted_on, "source": cal.source, "software_sd": cal.software_sd,
                                 "config_sd": cal.config_sd, "config_sd_by_benchmark": cal.config_sd_by_benchmark,
                                 "band_calibrated_on": cal.band_calibrated_on,
@@ -378,4 +381,4 @@ def run_validation(cal: Calibration, only: str | None = None, results_csv: Path 
         rows = [r for r in rows if picked(only, r.result.benchmark)]
     s = summary(rows, cross_sd, cross_by)
     anchors, speedup = check_anchors(cal) if not only and results_csv is None else ([], None)
-    return Validation(rows, s, cal, cross_sd, cross_by, anchors, speedup)
+    return Validation(rows, s, cal, cross_sd, cross_by, anchors, speedup, results_csv)

@@ -454,6 +454,9 @@ def plan_json(plan, other, note: str | None, emit_run: bool) -> dict:
 
 def print_validation_report(val) -> None:
     print_validation(val.rows, val.summary, val.calibration, val.cross_sd, val.cross_by)
+    if val.table is not None:
+        _console().print(f"rows of {val.table}, predicted with the shipped calibration (no refit): 'fit' marks "
+                         "NVIDIA's submissions, the population the fit describes, 'held-out' every other submitter's")
     if val.anchors:
         print_anchors(val.anchors, val.speedup)
 
