@@ -68,8 +68,8 @@ def test_sweep_writes_plot(capsys, tmp_path):
     assert "h100" in out and "gb200" in out
 
 
-def test_validate_json(capsys):
-    d = run_json(capsys, "validate", "--benchmark", "llama31_405b")
+def test_validate_json(validate_405b_json):
+    d = validate_405b_json
     assert d["stack"] == "megatron"  # MLPerf's results ran NVIDIA's software
     assert {r["benchmark"] for r in d["rows"]} == {"llama31_405b"}
     assert d["summary"]["fit"]["rows"] + d["summary"]["held_out"]["rows"] + d["summary"]["skipped"] == len(d["rows"])

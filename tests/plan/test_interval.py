@@ -85,9 +85,8 @@ def test_plan_json_carries_the_band(capsys):
     assert g["interval"]["convergence_sd"] == 0 and g["interval"]["sd_log"] < iv["sd_log"]
 
 
-def test_validate_reports_coverage_on_the_evaluation_half(capsys):
-    assert main(["plan", "validate", "--benchmark", "llama31_405b", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
+def test_validate_reports_coverage_on_the_evaluation_half(validate_405b_json):
+    d = validate_405b_json
     s = d["summary"]
     assert "coverage_80_pct" not in s["held_out"] and "mean_signed_pct" in s["held_out"]
     held = [r for r in d["rows"] if r["predicted_minutes"] and r["split"] == "held_out"]
