@@ -38,6 +38,7 @@ from trainperf.errors import RulesError, ScoreError, UsageError
 from trainperf.mlperf.benchmarks import OFFICIAL
 from trainperf.mlperf.check import CheckResult, check_log
 from trainperf.mlperf.logger import RULES_DIR, render_rules
+from trainperf.mlperf import rulesets
 
 
 @dataclass
@@ -284,19 +285,10 @@ def _package_version() -> str:
         return "(unknown version)"
 
 
-def _version_key(ruleset: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in ruleset.split("."))
-
-
 def package_rulesets(benchmark: str) -> list[str]:
     """The training rulesets, oldest first, whose closed rules in the installed mlperf-logging
     include `benchmark` (the checker crashes on a benchmark its ruleset lacks)."""
-    import mlperf_logging
-
-    root = Path(mlperf_logging.__file__).parent / "compliance_checker"
-    found = [p.parent.name.removeprefix("training_") for p in root.glob(f"training_*/closed_{benchmark}.yaml")]
-    # training_0.7.0_warn and the like are variants of a ruleset, not one a round used
-    return sorted((r for r in found if re.fullmatch(r"\d+\.\d+\.\d+", r)), key=_version_key)
+    return rulesets.package_rulesets("compliance_checker", f"closed_{benchmark}.yaml")
 
 
 def ruleset_choices(benchmark: str) -> list[str]:
@@ -462,10 +454,7 @@ class RCPResult:
 
 
 def rcp_available(benchmark: str, ruleset: str) -> bool:
-    import mlperf_logging
-
-    root = Path(mlperf_logging.__file__).parent / "rcp_checker" / f"training_{ruleset}"
-    return (root / f"rcps_{benchmark}.json").is_file()
+    return (rulesets.package_dir("rcp_checker") / f"training_{ruleset}" / f"rcps_{benchmark}.json").is_file()
 
 
 class _Capture(logging.Handler):
@@ -652,7 +641,7 @@ def score_dirs(dirs: list[Path], count_restarts: bool = False, ruleset: str | No
     required = required_runs(benchmark, runs[0].path.parent)
     good = [r for r in runs if r.ok]
     score = olympic_score([r.score_minutes for r in good], len(runs) - len(good), required)
-    older = [rs for rs in ruleset_choices(benchmark) if _version_key(rs) < _version_key(ruleset)]
+    older = [rs for rs in ruleset_choices(benchmark) if rulesets.version_key(rs) < rulesets.version_key(ruleset)]
     lacking = missing_keys_only(runs)
     if lacking and older:
         more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
-from trainperf.plan.rcp import version_key
+from trainperf.mlperf.rulesets import version_key
 from trainperf.plan.results import csv_rows
 
 LAYOUTS = Path(__file__).parent / "data" / "published_layouts.csv"

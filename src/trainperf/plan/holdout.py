@@ -20,7 +20,7 @@ from trainperf.plan.calibration import Calibration, parse_calibration
 from trainperf.plan import fitting
 from trainperf.plan.hardware import gpu_for_result
 from trainperf.plan.results import Result, load_results, submitter_key
-from trainperf.plan.rcp import version_key
+from trainperf.mlperf.rulesets import version_key
 from trainperf.plan.validate import Predictor, Row, error_stats, row_dict
 
 GROUPINGS = {  # --holdout name -> a row's group

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.config import ConfigError
+from trainperf.mlperf.rulesets import package_dir, package_rulesets, version_key
 
 
 @dataclass(frozen=True)
@@ -24,20 +25,12 @@ class RCP:
 
 
 def rcp_root() -> Path:
-    import mlperf_logging
-
-    return Path(mlperf_logging.__file__).parent / "rcp_checker"
-
-
-def version_key(v: str) -> tuple[int, ...]:
-    """'v5.1' / '5.1.0' -> (5, 1) / (5, 1, 0): rounds and rulesets in numeric order."""
-    return tuple(int(x) for x in v.lstrip("v").split("."))
+    return package_dir("rcp_checker")
 
 
 def rulesets(benchmark: str) -> list[str]:
     """Rulesets ('5.1.0', ...) whose RCP folder has this benchmark, oldest first."""
-    found = [p.parent.name.removeprefix("training_") for p in rcp_root().glob(f"training_*/rcps_{benchmark}.json")]
-    return sorted(found, key=version_key)
+    return package_rulesets("rcp_checker", f"rcps_{benchmark}.json")
 
 
 def ruleset_for(benchmark: str, round_: str | None) -> str:

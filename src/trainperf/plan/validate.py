@@ -20,7 +20,7 @@ from trainperf.plan.evidence import submitted as submitted_configs
 from trainperf.plan.hardware import PRECISIONS, gpu_for_result
 from trainperf.plan.logged import Logged, load_logged, relative_error
 from trainperf.plan.prediction import Prediction
-from trainperf.plan.rcp import version_key
+from trainperf.mlperf.rulesets import version_key
 from trainperf.plan.results import Result, load_results
 from trainperf.plan.workload import Benchmark, load_benchmark, max_precision
 
