@@ -286,6 +286,20 @@ def test_bad_shapes_are_refused_by_name(spec, msg):
         parse_inline(spec)
 
 
+def test_an_inline_shape_may_replace_the_familys_mlp_and_head():
+    """Nemotron-4 340B: Llama's blocks with a two-matrix squared-ReLU MLP (mlp=relu2), untied."""
+    spec = "layers=96,d_model=18432,heads=96,kv_heads=8,ffn=73728,vocab=256000,seq=4096"
+    n = parse_inline(spec + ",mlp=relu2")
+    assert (n.family, n.gated, n.activation, n.tie_embeddings) == ("llama", False, "relu2", False)
+    assert {g.name: g.n for g in layer_gemms(n, 1)}["mlp_in"] == 73728
+    assert parse_inline(spec + ",family=gpt,tied=false,mlp=swiglu").gated
+    assert parse_inline(spec + ",tied=true").tie_embeddings
+    for bad, msg in ((",mlp=geglu", "mlp must be swiglu, gelu, relu2, got 'geglu'"),
+                     (",tied=yes", "tied must be true or false, got 'yes'"), (",mlp=gelu,mlp=relu2", "mlp is given twice")):
+        with pytest.raises(ConfigError, match=msg):
+            parse_inline(spec + bad)
+
+
 def test_gated_mlp_is_the_configs_not_the_familys():
     """A gpt-family model with SwiGLU (mlp_act) has three MLP matrices, as the trainer builds it."""
     gelu = ModelConfig(family="gpt", n_layer=2, d_model=256, n_head=4, d_ff=1024, vocab_size=100, seq_len=64)

@@ -76,7 +76,7 @@ def _stack(args) -> str:
 def _model_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, metavar="M",
                    help="any dense GPT/Llama model instead of a benchmark: a recipe name or TOML, a Hugging Face "
-                        "config.json, or layers=,d_model=,heads=,kv_heads=,head_dim=,ffn=,vocab=,seq=,family=gpt|llama")
+                        "config.json, or layers=,d_model=,heads=,kv_heads=,head_dim=,ffn=,vocab=,seq=,family=gpt|llama[,mlp=swiglu|gelu|relu2,tied=true|false]")
     p.add_argument("--seq-len", type=positive_int, default=None, metavar="N", help="--model: the sequence length")
     p.add_argument("--tokens", type=finite_float, default=None, metavar="N",
                    help="--model: the token budget to train (time-to-train); without it step time and throughput")

@@ -5,7 +5,8 @@ The two ask different things of a model. The trainer must compute what transform
 (`exact`): anything it would compute differently is refused (an activation, a bias layout) or
 noted (a RoPE scaling it does not implement). The planner must price it: only what changes the
 cost is refused (a sliding window shorter than the sequence, experts), so Mistral
-and Qwen2 configs are priced as the Llama blocks they are, their q/k/v biases aside.
+and Qwen2 configs are priced as the Llama blocks they are, their q/k/v biases aside, and the other
+dense decoders of `PRICED` as trainperf blocks holding the same matrices.
 
 Neither takes a size the config leaves out: the HF class default it would get is a guess at another
 model (LlamaConfig's 32 layers of 4096), and save_pretrained writes every size.
@@ -14,6 +15,7 @@ model (LlamaConfig's 32 layers of 4096), and save_pretrained writes every size.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from trainperf.config import ModelConfig, oversized
 from trainperf.errors import TrainperfError
@@ -29,6 +31,62 @@ SIZE_KEYS = {
     "gpt": dict(n_layer="n_layer", d_model="n_embd", n_head="n_head", n_kv_head="n_head", d_ff="n_inner",
                 vocab_size="vocab_size", seq_len="n_positions"),
 }
+
+
+@dataclass(frozen=True)
+class Priced:
+    """How the planner prices a dense decoder type trainperf does not train: as trainperf's blocks
+    with the same matrices. `gated`: a gate beside the up projection (SwiGLU, GeGLU: three MLP
+    matrices; priced as SwiGLU), else two, priced with `act`. `family` "gpt" where the type learns
+    a position table (its d x seq weights), "llama" where positions cost no weights (RoPE, ALiBi).
+    `keys`: field -> config key where they differ from Llama's; `ffn_ratio`: d_ff = ratio x d_model
+    where the config states none (or `ratio_key` does); `tied`: the HF class's tie_word_embeddings
+    default; `kv`: how the KV heads are stated ("falcon", "multi_query" or Llama's key)."""
+
+    gated: bool
+    act: str = "swiglu"
+    family: str = "llama"
+    keys: dict = field(default_factory=dict)
+    ffn_ratio: int = 0
+    ratio_key: str = ""
+    tied: bool = False
+    kv: str = ""
+
+
+_GPT_KEYS = dict(n_layer="n_layer", d_model="n_embd", n_head="n_head", d_ff="n_inner", seq_len="n_positions")
+# Each entry checked against transformers' own model of the type (the same Linear and Embedding
+# weights on the meta device): tests/model/test_hf_priced.py
+PRICED: dict[str, Priced] = {
+    **{t: Priced(gated=True) for t in ("phi3", "olmo", "olmo2", "olmo3", "granite", "stablelm", "exaone", "glm",
+                                      "helium", "seed_oss", "smollm3", "hunyuan_v1_dense", "ministral")},
+    **{t: Priced(gated=True, tied=True) for t in ("gemma", "gemma2", "gemma3_text", "cohere", "ernie4_5")},
+    "nemotron": Priced(gated=False, act="relu2"),
+    "arcee": Priced(gated=False, act="relu2"),
+    "phi": Priced(gated=False, act="gelu"),
+    "gpt_neox": Priced(gated=False, act="gelu"),
+    "apertus": Priced(gated=False, act="gelu"),  # xIELU, priced as an element-wise activation like GELU
+    "starcoder2": Priced(gated=False, act="gelu", tied=True),
+    "falcon": Priced(gated=False, act="gelu", tied=True, ffn_ratio=4, kv="falcon", keys=dict(d_ff="ffn_hidden_size")),
+    "opt": Priced(gated=False, act="gelu", family="gpt", tied=True, keys=dict(d_ff="ffn_dim")),
+    "bloom": Priced(gated=False, act="gelu", tied=True, ffn_ratio=4,
+                    keys=dict(n_layer="n_layer", n_head="n_head", d_ff="", seq_len="")),
+    "mpt": Priced(gated=False, act="gelu", tied=True, ratio_key="expansion_ratio",
+                  keys=dict(n_layer="n_layers", d_model="d_model", n_head="n_heads", d_ff="", seq_len="max_seq_len")),
+    "gpt_bigcode": Priced(gated=False, act="gelu", family="gpt", tied=True, ffn_ratio=4, kv="multi_query",
+                          keys=_GPT_KEYS),
+    "gptj": Priced(gated=False, act="gelu", ffn_ratio=4, keys=_GPT_KEYS),
+}
+# layer kinds a `layer_types` list may hold that cost what the planner prices
+PRICED_LAYERS = ("full_attention", "sliding_attention")
+
+
+def size_keys(kind: str | None) -> dict[str, str]:
+    """The config.json key each ModelConfig size of a `kind` config is read from (errors name it)."""
+    if kind == "gpt2":
+        return SIZE_KEYS["gpt"]
+    return {**SIZE_KEYS["llama"], **(PRICED[kind].keys if kind in PRICED else {})}
+
+
 # the model types with a sliding window, and its size where config.json leaves the key out, as their
 # HF classes take it (null is no window)
 WINDOW_TYPES, DEFAULT_WINDOW = ("mistral", "qwen2", "qwen3"), 4096
@@ -47,7 +105,7 @@ def rope_of(raw: dict) -> tuple[float, str, dict]:
 class _Reader:
     def __init__(self, raw: dict, where: str, error: type[TrainperfError], exact: bool):
         self.raw, self.where, self.error, self.exact = raw, where, error, exact
-        self.keys = SIZE_KEYS["gpt" if raw.get("model_type") == "gpt2" else "llama"]
+        self.keys = size_keys(raw.get("model_type"))
 
     def fail(self, key: str, why: str) -> TrainperfError:
         return self.error(f"{self.where}: {key}={self.raw.get(key)!r}: {why}")
@@ -99,14 +157,64 @@ def hf_model_config(raw: dict, where: str, error: type[TrainperfError], exact: b
     r = _Reader(raw, where, error, exact)
     for key in EXPERT_KEYS:
         r.need(key, not raw.get(key), "a mixture of experts: trainperf models dense transformers", cost=True)
-    if exact and kind not in EXACT_TYPES or kind not in (*LLAMA_TYPES, "gpt2"):
-        readable = "llama, qwen3 and gpt2 checkpoints" if exact else f"{', '.join(LLAMA_TYPES)} and gpt2 configs"
+    priced = not exact and kind in PRICED
+    if exact and kind not in EXACT_TYPES or kind not in (*LLAMA_TYPES, "gpt2") and not priced:
+        readable = ("llama, qwen3 and gpt2 checkpoints" if exact else
+                    f"{', '.join(sorted([*LLAMA_TYPES, 'gpt2', *PRICED]))} configs")
         raise error(f"{where}: model_type={kind!r}: trainperf reads dense {readable} only")
+    if seq_len is None and not r.keys["seq_len"]:
+        raise error(f"{where}: a {kind} config states no sequence length (its positions are ALiBi's): "
+                    "give --seq-len")
+    if seq_len is None and not exact and r.keys["seq_len"] not in raw:
+        raise error(f"{where}: {r.keys['seq_len']} is missing: give --seq-len (trainperf takes no size from an "
+                    "HF class default)")
     seq = seq_len or r.size("seq_len")
-    cfg, notes = (_gpt2(r, seq), []) if kind == "gpt2" else _llama(r, kind, seq)
+    if priced:
+        cfg, notes = _priced(r, kind, seq), []
+    else:
+        cfg, notes = (_gpt2(r, seq), []) if kind == "gpt2" else _llama(r, kind, seq)
     if too_big := oversized(cfg, {**r.keys, **({"seq_len": "the sequence"} if seq_len else {})}):
         raise error(f"{where}: {too_big}")  # before anything is built from it
     return cfg, notes
+
+
+def _priced(r: _Reader, kind: str, seq: int) -> ModelConfig:
+    """A `PRICED` type's ModelConfig: its sizes, and what changes the cost refused by key."""
+    raw, how = r.raw, PRICED[kind]
+    layers = raw.get("layer_types") or []
+    other = sorted({t for t in layers if t not in PRICED_LAYERS} if isinstance(layers, list) else {repr(layers)})
+    if other:
+        raise r.error(f"{r.where}: layer_types holds {', '.join(map(str, other))}: the planner prices full "
+                      "(or sliding-window) causal attention layers only")
+    if raw.get("sliding_window") is not None and (not layers or "sliding_attention" in layers):
+        window = r.int("sliding_window")
+        r.need("sliding_window", window >= seq or not r.bool("use_sliding_window", True),
+               f"the planner prices attention over the whole causal context; a {window}-token window is that "
+               f"only for sequences of at most {window} tokens (this one: {seq})", cost=True)
+    if r.keys["d_model"] not in raw and "n_embed" in raw:  # BloomConfig and FalconConfig take the older name too
+        r.keys = {**r.keys, "d_model": "n_embed"}
+    d, n_head = r.size("d_model"), r.size("n_head")
+    head = r.size("head_size", 0)  # null or absent: d_model / heads
+    r.need(r.keys["n_head"], head or d % n_head == 0, f"does not divide {r.keys['d_model']}={d}", cost=True)
+    kv_key = "num_kv_heads" if how.kv == "falcon" else r.keys["n_kv_head"]
+    if how.kv == "falcon":  # FalconConfig: grouped only in the new decoder architecture
+        kv = (r.int(kv_key, n_head) if r.bool("new_decoder_architecture", False)
+              else 1 if r.bool("multi_query", True) else n_head)
+    elif how.kv == "multi_query":
+        kv = 1 if r.bool("multi_query", True) else n_head
+    else:
+        kv = r.int(kv_key, n_head)
+    r.need(kv_key, n_head % kv == 0, f"does not divide {r.keys['n_head']}={n_head}", cost=True)
+    if how.ratio_key:
+        d_ff = r.int(how.ratio_key) * d
+    elif r.keys["d_ff"]:
+        d_ff = r.size("d_ff", how.ffn_ratio * d or None)
+    else:
+        d_ff = how.ffn_ratio * d
+    return ModelConfig(family=how.family, n_layer=r.size("n_layer"), d_model=d, n_head=n_head, n_kv_head=kv,
+                       head_size=0 if head in (0, d // n_head) else head, d_ff=d_ff,
+                       vocab_size=r.size("vocab_size"), seq_len=seq, mlp_act=how.act,
+                       tie_embeddings=r.bool("tie_word_embeddings", how.tied))
 
 
 def _window(r: _Reader, kind: str, seq: int) -> None:

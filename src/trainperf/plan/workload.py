@@ -172,11 +172,14 @@ INLINE_KEYS = {"layers": "n_layer", "d_model": "d_model", "heads": "n_head", "kv
 
 
 SEQ_LEN = {"seq_len": "--seq-len"}  # a sequence --seq-len gave is named so in an error
+MLP_ACTS = ("swiglu", "gelu", "relu2")  # inline `mlp=`: a gated SwiGLU (three matrices) or two matrices
 
 
-def _family_model(family: str, shape: dict, where: str, keys: dict[str, str]) -> ModelConfig:
+def _family_model(family: str, shape: dict, where: str, keys: dict[str, str], mlp: str | None = None,
+                  tied: bool | None = None) -> ModelConfig:
     """A ModelConfig of `family`: llama is RMSNorm, SwiGLU, RoPE and an untied head; gpt is
-    LayerNorm, GELU, learned positions and biases, its head tied to the embedding."""
+    LayerNorm, GELU, learned positions and biases, its head tied to the embedding. `mlp` and `tied`
+    replace the family's MLP and head (Nemotron: llama's blocks with a two-matrix squared-ReLU MLP)."""
     if family not in ("llama", "gpt"):
         raise ConfigError(f"{where}: family must be llama or gpt, got '{family}'")
     for k, v in shape.items():
@@ -185,7 +188,8 @@ def _family_model(family: str, shape: dict, where: str, keys: dict[str, str]) ->
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab_size", "seq_len") if k not in shape]
     if missing:
         raise ConfigError(f"{where}: missing {', '.join(keys.get(m, m) for m in missing)}")
-    cfg = ModelConfig(family=family, tie_embeddings=family == "gpt", bias=family == "gpt", **shape)
+    cfg = ModelConfig(family=family, tie_embeddings=family == "gpt" if tied is None else tied, bias=family == "gpt",
+                      mlp_act=mlp or "auto", **shape)
     check_model(cfg, where, keys)
     return cfg
 
@@ -204,10 +208,10 @@ def check_model(cfg: ModelConfig, where: str, keys: Mapping[str, str] | None = N
 
 
 def parse_inline(text: str, seq_len: int | None = None) -> ModelConfig:
-    """`layers=..,d_model=..,heads=..,kv_heads=..,ffn=..,vocab=..,seq=..,family=gpt|llama`;
-    `seq_len` (--seq-len) overrides seq=."""
+    """`layers=..,d_model=..,heads=..,kv_heads=..,ffn=..,vocab=..,seq=..,family=gpt|llama`, and
+    optionally `mlp=swiglu|gelu|relu2` and `tied=true|false`; `seq_len` (--seq-len) overrides seq=."""
     shape: dict = {}
-    family = "llama"
+    family, mlp, tied = "llama", None, None
     given: set[str] = set()
     for part in (p.strip() for p in text.split(",") if p.strip()):
         k, sep, v = part.partition("=")
@@ -220,8 +224,18 @@ def parse_inline(text: str, seq_len: int | None = None) -> ModelConfig:
         if k == "family":
             family = v
             continue
+        if k == "mlp":
+            if v not in MLP_ACTS:
+                raise ConfigError(f"--model: mlp must be {', '.join(MLP_ACTS)}, got '{v}'")
+            mlp = v
+            continue
+        if k == "tied":
+            if v not in ("true", "false"):
+                raise ConfigError(f"--model: tied must be true or false, got '{v}'")
+            tied = v == "true"
+            continue
         if k not in INLINE_KEYS:
-            raise ConfigError(f"--model: unknown key '{k}' (keys: {', '.join([*INLINE_KEYS, 'family'])})")
+            raise ConfigError(f"--model: unknown key '{k}' (keys: {', '.join([*INLINE_KEYS, 'family', 'mlp', 'tied'])})")
         try:
             shape[INLINE_KEYS[k]] = int(v)
         except ValueError:
@@ -229,18 +243,19 @@ def parse_inline(text: str, seq_len: int | None = None) -> ModelConfig:
     keys = {v: k for k, v in INLINE_KEYS.items()}  # our field -> the key the user wrote
     if seq_len is not None:
         shape["seq_len"], keys = seq_len, {**keys, **SEQ_LEN}
-    return _family_model(family, shape, "--model", keys)
+    return _family_model(family, shape, "--model", keys, mlp, tied)
 
 
 def parse_hf_config(path: Path, seq_len: int | None = None) -> ModelConfig:
     """A Hugging Face config.json, read as the trainer reads it (`model.hf_config`), refusing only
     what changes the price of its sequence: `seq_len` (--seq-len), else max_position_embeddings."""
     from trainperf.atomic import read_json
-    from trainperf.model.hf_config import SIZE_KEYS, hf_model_config
+    from trainperf.model.hf_config import hf_model_config, size_keys
 
     where = f"--model {path}"
-    cfg, _ = hf_model_config(read_json(path, ConfigError), where, ConfigError, exact=False, seq_len=seq_len)
-    check_model(cfg, where, {**SIZE_KEYS[cfg.family], **(SEQ_LEN if seq_len is not None else {})})
+    raw = read_json(path, ConfigError)
+    cfg, _ = hf_model_config(raw, where, ConfigError, exact=False, seq_len=seq_len)
+    check_model(cfg, where, {**size_keys(raw.get("model_type")), **(SEQ_LEN if seq_len is not None else {})})
     return cfg
 
 
