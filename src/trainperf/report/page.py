@@ -182,16 +182,7 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
     """Write `out/index.html` and the PNGs it shows; returns what was written and the verdicts.
 
     `benchmarks` name the benchmark of plans whose JSON does not (one for all, or one per plan)."""
-    # --benchmark and --published are about plans: without one they would be silently ignored
-    if benchmarks and not plans:
-        raise UsageError("report: --benchmark names the benchmark of a --plan JSON; no --plan given")
-    if published is not None and not plans:
-        raise UsageError("report: --published is drawn beside a --plan scaling curve; no --plan given")
-    if benchmarks and len(benchmarks) not in (1, len(plans)):
-        raise UsageError(f"report: {len(benchmarks)} --benchmark names for {len(plans)} --plan files "
-                         "(give one for all, or one per plan)")
-    if not run_dirs and not plans:
-        raise RunDirError("report: give at least one run directory (or a --plan JSON)")
+    _check_request(run_dirs, plans, published, benchmarks)
     out = Path(out)
     if (out / "index.html").exists() and not force:
         raise RunDirError(f"{out / 'index.html'}: exists; choose another --out or pass --force")
@@ -204,34 +195,66 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         seen[key] = run.name
     plan_data = [load_plan(p) for p in plans]
     for j, (bench, _) in enumerate(plan_data):
-        named = benchmarks[0] if len(benchmarks) == 1 else benchmarks[j] if benchmarks else None
+        named = _named(benchmarks, j)
         if bench and named and named != bench:
             raise UsageError(f"report: --benchmark {named} for {plans[j]}, which names {bench}")
     if published is not None:
         read_published(Path(published))  # a file the user named is checked even where no plan needs it
     verdicts = [compliance(r) if check else Verdict("n/a", "not checked (--no-check)") for r in runs]
     scores = score_runs(runs, verdicts) if runs else []
+    figures = _run_figures(runs) + _plan_figures(runs, plans, plan_data, benchmarks, published)
+    index = out / "index.html"
+    page = _page(runs, verdicts, scores, figures)
+    _write_all(out, [(name, png) for name, png, _ in figures] + [(index.name, page.encode("utf-8"))])
+    return Report(index=index, runs=[r.path for r in runs], images=[out / name for name, _, _ in figures],
+                  verdicts=verdicts, scores=scores)
 
-    figures: list[tuple[str, bytes, str]] = []
-    if runs:
-        figures.append(("loss.png", plots.fig_loss(runs),
-                        "Validation loss (points) and, lighter, the training loss at each logged step, against "
-                        "wall-clock time since the first run_start and against training tokens; the training "
-                        "loss is per token, scaled to nats per byte by the validation set's tokens per byte "
-                        "where that is the metric; dashed line: the quality target; star: the evaluation that "
-                        "reached it; a restarted run draws its earlier attempts dashed, a dotted line where "
-                        "each restart resumed"))
-        figures.append(("lr.png", plots.fig_lr(runs),
-                        "Learning rate at each logged step; earlier attempts of a restarted run dashed, a "
-                        "dotted line at the step each restart resumed from"))
-        figures.append(("throughput.png", plots.fig_throughput(runs),
-                        "Training tokens/s and MFU per logging interval (evaluation time excluded); MFU is "
-                        "relative to the peak in each run's summary"))
-        figures.append(("breakdown.png", plots.fig_breakdown(runs),
-                        "Time from run_start to run_stop split by the loop's timers, and the final save"))
+
+def _check_request(run_dirs: list, plans: list, published: Path | None, benchmarks: list[str]) -> None:
+    """--benchmark and --published are about plans: without one they would be silently ignored."""
+    if benchmarks and not plans:
+        raise UsageError("report: --benchmark names the benchmark of a --plan JSON; no --plan given")
+    if published is not None and not plans:
+        raise UsageError("report: --published is drawn beside a --plan scaling curve; no --plan given")
+    if benchmarks and len(benchmarks) not in (1, len(plans)):
+        raise UsageError(f"report: {len(benchmarks)} --benchmark names for {len(plans)} --plan files "
+                         "(give one for all, or one per plan)")
+    if not run_dirs and not plans:
+        raise RunDirError("report: give at least one run directory (or a --plan JSON)")
+
+
+def _named(benchmarks: list[str], j: int) -> str | None:
+    """The --benchmark the user gave for plan j: one for all, or one per plan."""
+    return benchmarks[0] if len(benchmarks) == 1 else benchmarks[j] if benchmarks else None
+
+
+def _run_figures(runs: list) -> list[tuple[str, bytes, str]]:
+    """(file name, PNG, caption) of the runs' figures."""
+    if not runs:
+        return []
+    return [("loss.png", plots.fig_loss(runs),
+             "Validation loss (points) and, lighter, the training loss at each logged step, against "
+             "wall-clock time since the first run_start and against training tokens; the training "
+             "loss is per token, scaled to nats per byte by the validation set's tokens per byte "
+             "where that is the metric; dashed line: the quality target; star: the evaluation that "
+             "reached it; a restarted run draws its earlier attempts dashed, a dotted line where "
+             "each restart resumed"),
+            ("lr.png", plots.fig_lr(runs),
+             "Learning rate at each logged step; earlier attempts of a restarted run dashed, a "
+             "dotted line at the step each restart resumed from"),
+            ("throughput.png", plots.fig_throughput(runs),
+             "Training tokens/s and MFU per logging interval (evaluation time excluded); MFU is "
+             "relative to the peak in each run's summary"),
+            ("breakdown.png", plots.fig_breakdown(runs),
+             "Time from run_start to run_stop split by the loop's timers, and the final save")]
+
+
+def _plan_figures(runs: list, plans: list, plan_data: list, benchmarks: list[str],
+                  published: Path | None) -> list[tuple[str, bytes, str]]:
+    """(file name, PNG, caption) of each plan's scaling curve, beside the published results."""
+    figures = []
     for j, (bench, points) in enumerate(plan_data):
-        named = benchmarks[0] if len(benchmarks) == 1 else benchmarks[j] if benchmarks else None
-        bench = bench or named or (runs[0].summary["benchmark"] if runs else None)
+        bench = bench or _named(benchmarks, j) or (runs[0].summary["benchmark"] if runs else None)
         kinds = {p.gpu for p in points}
         pub = load_published(bench, kinds, published)
         src = published or published_csv()
@@ -240,9 +263,11 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
                 "no published results file in this installation")
         figures.append((f"scaling{'' if j == 0 else j + 1}.png", plots.fig_scaling(bench, points, pub),
                         f"Predicted time to train vs GPU count ({Path(plans[j]).name}); {note}"))
+    return figures
 
-    images = [out / name for name, _, _ in figures]
 
+def _page(runs: list, verdicts: list, scores: list, figures: list[tuple[str, bytes, str]]) -> str:
+    """The report's HTML."""
     title = "trainperf report"
     if runs:
         title += ": " + ", ".join(sorted({str(r.summary["benchmark"]) for r in runs}))
@@ -260,6 +285,4 @@ def build_report(run_dirs: list[str | Path], out: str | Path, plans: list[str | 
         parts.append(f"<h2>{titles.get(name, 'Scaling')}</h2>")
         parts.append(_figure(name, png, caption))
     parts.append("</main></body></html>\n")
-    index = out / "index.html"
-    _write_all(out, [(name, png) for name, png, _ in figures] + [(index.name, "\n".join(parts).encode("utf-8"))])
-    return Report(index=index, runs=[r.path for r in runs], images=images, verdicts=verdicts, scores=scores)
+    return "\n".join(parts)

@@ -103,6 +103,16 @@ def _mark_restarts(run: RunData, segs: list[Segment], c, ax_t, ax_n, div: float)
             ax_n.axvline(tok, color=c, ls=":", lw=1.2)
 
 
+def _target_lines(targets, ax_t, ax_n) -> None:
+    """Each finite quality target as a dashed line on both axes, named on the first."""
+    for target in targets:
+        if math.isfinite(target):
+            for ax in (ax_t, ax_n):
+                ax.axhline(target, color="black", ls="--", lw=1)
+            ax_t.annotate(f"target {target:g}", (0, target), xycoords=("axes fraction", "data"),
+                          textcoords="offset points", xytext=(4, -11), fontsize=8)
+
+
 def fig_loss(runs: list[RunData]) -> bytes:
     """Validation loss (and, lighter, the training loss per logged step) vs wall-clock and vs
     tokens; target lines; each run's crossing marked; every attempt of a restarted run drawn."""
@@ -144,12 +154,7 @@ def fig_loss(runs: list[RunData]) -> bytes:
             if run.eval_tokens(hit) is not None:
                 ax_n.plot(run.eval_tokens(hit), hit["eval_loss"], "*", color=c, ms=13, mec="black", mew=0.6,
                           zorder=5)
-    for target in targets:
-        if math.isfinite(target):
-            for ax in (ax_t, ax_n):
-                ax.axhline(target, color="black", ls="--", lw=1)
-            ax_t.annotate(f"target {target:g}", (0, target), xycoords=("axes fraction", "data"),
-                          textcoords="offset points", xytext=(4, -11), fontsize=8)
+    _target_lines(targets, ax_t, ax_n)
     # the lighter lines need no legend entry per run: one grey sample says what they are
     ax_t.plot([], [], color="grey", lw=0.9, alpha=0.35, label="training loss (lighter)")
     ax_t.set_xlabel(f"wall-clock time since run start ({unit})")
