@@ -186,11 +186,7 @@ def _priced(r: _Reader, kind: str, seq: int) -> ModelConfig:
     if other:
         raise r.error(f"{r.where}: layer_types holds {', '.join(map(str, other))}: the planner prices full "
                       "(or sliding-window) causal attention layers only")
-    if raw.get("sliding_window") is not None and (not layers or "sliding_attention" in layers):
-        window = r.int("sliding_window")
-        r.need("sliding_window", window >= seq or not r.bool("use_sliding_window", True),
-               f"the planner prices attention over the whole causal context; a {window}-token window is that "
-               f"only for sequences of at most {window} tokens (this one: {seq})", cost=True)
+    _window(r, kind, seq)
     if r.keys["d_model"] not in raw and "n_embed" in raw:  # BloomConfig and FalconConfig take the older name too
         r.keys = {**r.keys, "d_model": "n_embed"}
     d, n_head = r.size("d_model"), r.size("n_head")
@@ -223,10 +219,14 @@ def _window(r: _Reader, kind: str, seq: int) -> None:
     planner prices it exactly. The trainer's sequence is its recipe's, unknown here: it takes none."""
     raw = r.raw
     window_key = "use_sliding_window" if "use_sliding_window" in raw else "sliding_window"
-    if not r.bool("use_sliding_window", kind == "mistral"):  # Mistral has no switch: a window is always on
+    # Mistral has no switch, nor do the PRICED types that state a window: it is on where stated
+    if not r.bool("use_sliding_window", kind == "mistral" or kind in PRICED):
         return
     if raw.get("sliding_window", DEFAULT_WINDOW if kind in WINDOW_TYPES else None) is None:
         return
+    layers = raw.get("layer_types")
+    if not r.exact and isinstance(layers, list) and layers and "sliding_attention" not in layers:
+        return  # every layer attends over the whole context: priced as full attention
     window = r.int("sliding_window", DEFAULT_WINDOW)
     if r.exact or window < seq:
         why = "trainperf attends over the whole causal context"
