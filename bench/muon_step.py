@@ -1,8 +1,9 @@
-"""Muon's step over the `tiny` model's matrices in bf16, side by side in one process, four ways:
+"""Muon's step over the `tiny` model's matrices in bf16, side by side in one process, five ways:
 the direct Newton-Schulz iteration on whole matrices (the step before the Gram form), the Gram form
-on whole matrices, the Gram form per attention head (`train.muon_per_head`), and per head with the
-gate and up projections as one matrix (`train.muon_joint_gate_up`; the recipe's).
-Blocks of 10 steps alternate, so load from other processes weighs on all three.
+on whole matrices, the Gram form per attention head (`train.muon_per_head`), per head with the
+gate and up projections as one matrix (`train.muon_joint_gate_up`), each with 3 iterations on the
+Frobenius-normalised momentum; and the recipe's: that with 2 iterations on the Schatten-8-normalised
+one (`train.muon_ns_norm`). Blocks of 10 steps alternate, so load from other processes weighs on all.
 
     python bench/muon_step.py --blocks 4
     python bench/muon_step.py --blocks 4 --keep-freed-memory   # as `trainperf run` sets a CPU run
@@ -32,17 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_freed_memory:
         keep_freed_memory()
     ways = {}
-    for name, per_head, joint in (("direct, whole", False, False), ("gram, whole", False, False),
-                                  ("gram, per head", True, False), ("+ joint gate/up", True, True)):
+    three = ["train.muon_ns_steps=3", "train.muon_ns_norm=frobenius", "train.muon_ns_coefficients="]
+    for name, per_head, joint, iterations in (
+            ("direct, whole", False, False, three), ("gram, whole", False, False, three),
+            ("gram, per head", True, False, three), ("+ joint gate/up", True, True, three),
+            ("recipe: 2, S8", True, True, [])):
         r = load_recipe("tiny", ["train.precision=bf16", f"train.muon_per_head={str(per_head).lower()}",
-                                 f"train.muon_joint_gate_up={str(joint).lower()}"])
+                                 f"train.muon_joint_gate_up={str(joint).lower()}", *iterations])
         model = Transformer(dataclasses.replace(r.model, vocab_size=r.data.bpe_vocab_size))
         muon = build_optimizer(model, r, torch.device("cpu"))[1]
         gen = torch.Generator().manual_seed(0)
         for p in muon.param_groups[0]["params"]:
             p.grad = torch.randn(p.shape, generator=gen) * 1e-3
         if name.startswith("direct"):
-            muon.gram = False  # the form before the Gram form
+            muon.form["gram"] = False  # the form before the Gram form
         ways[name] = muon
 
     def step(name: str) -> None:
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 step(name)
                 times[name].append(time.perf_counter() - t0)
     g = ways["direct, whole"].param_groups[0]
-    print(f"# {len(g['params'])} matrices, {g['ns_steps']} iterations, bf16, {torch.get_num_threads()} threads, "
+    print(f"# {len(g['params'])} matrices, bf16, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, freed memory kept: {args.keep_freed_memory}")
     for name, t in times.items():
         print(f"{name:<15} min {1e3 * min(t):.1f} ms  median {1e3 * statistics.median(t):.1f} ms")

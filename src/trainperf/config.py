@@ -166,6 +166,10 @@ class TrainConfig:
     # numbers; empty: torch's (3.4445, -4.7750, 2.0315) every iteration. Tuned per-iteration
     # coefficients reach further in fewer iterations (bench/ns_coefficients.py derives them)
     muon_ns_coefficients: list[float] = field(default_factory=list)
+    # What the momentum is divided by before Newton-Schulz: its Frobenius norm (torch's) or its
+    # Schatten-8 norm (sum sigma^8)^(1/8), also >= the largest singular value and tighter where one
+    # direction dominates, so fewer iterations reach as far (train.muon.newton_schulz)
+    muon_ns_norm: Literal["frobenius", "schatten8"] = "frobenius"
     # Orthogonalise each attention head's block of wq, wk, wv (its rows) and wo (its columns) on its
     # own, as independent matrices, rather than the whole projection: heads are separate subspaces
     # the attention never mixes before wo, and n_head blocks of head_dim rows cost 1/n_head^2 of the

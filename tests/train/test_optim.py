@@ -14,14 +14,16 @@ from trainperf.train.precision import LOSS_RTOL, choose_precision, pick, probe
 
 
 def reference_muon_update(grad: torch.Tensor, buf: torch.Tensor, momentum: float, steps: int = 5,
-                          schedule: list[tuple[float, float, float]] | None = None) -> torch.Tensor:
+                          schedule: list[tuple[float, float, float]] | None = None,
+                          norm: str = "frobenius") -> torch.Tensor:
     """Muon as Jordan et al. (2024) describe it: Nesterov momentum, then the quintic Newton-Schulz
     iteration (a, b, c) = (3.4445, -4.7750, 2.0315) (or one given triple per iteration) on the
-    Frobenius-normalised matrix, worked on the wide orientation, scaled to AdamW's update RMS by
+    Frobenius-normalised matrix (or, `norm="schatten8"`, the matrix over (sum of sigma^8)^(1/8) from
+    its singular values), worked on the wide orientation, scaled to AdamW's update RMS by
     0.2 sqrt(max(rows, cols))."""
     buf.mul_(momentum).add_(grad)
     g = grad + momentum * buf  # nesterov
-    x = g / g.norm().clamp(min=1e-7)
+    x = g / (g.norm() if norm == "frobenius" else torch.linalg.svdvals(g).pow(8).sum().pow(1 / 8)).clamp(min=1e-7)
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = x.T
@@ -81,14 +83,14 @@ def test_muon_takes_the_block_matrices_only():
 
 def test_muon_newton_schulz_steps_come_from_the_recipe():
     """`train.muon_ns_steps` reaches torch's group setting, and the step then matches the reference
-    iteration with that many steps (the shipped tiny recipe runs 3, recipes/tiny.toml)."""
+    iteration with that many steps (the shipped tiny recipe runs 2, recipes/tiny.toml)."""
     from trainperf.config import ConfigError
 
     small = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16", "train.optimizer=muon"]
     r = load_recipe("tiny", small + ["train.muon_ns_steps=2"])
     _, muon = build_optimizer(Transformer(r.model), r, torch.device("cpu"))
     assert muon.param_groups[0]["ns_steps"] == 2
-    assert load_recipe("tiny").train.muon_ns_steps == 3
+    assert load_recipe("tiny").train.muon_ns_steps == 2
     with pytest.raises(ConfigError, match="train.muon_ns_steps"):
         load_recipe("tiny", ["train.muon_ns_steps=0"])
     gen = torch.Generator().manual_seed(2)
@@ -242,6 +244,50 @@ def test_the_gram_form_is_the_same_polynomial_and_is_picked_for_wide_shapes(shap
     assert not torch.equal(newton_schulz(xb, coef, 1e-7, torch.bfloat16), newton_schulz(xb, coef, 1e-7, torch.bfloat16, gram=False))
     near = torch.randn(6, 9, generator=gen).to(torch.bfloat16)  # 9 = 1.5 x 6: not past the ratio
     assert torch.equal(newton_schulz(near, coef, 1e-7, torch.bfloat16), newton_schulz(near, coef, 1e-7, torch.bfloat16, gram=False))
+
+
+@pytest.mark.parametrize("shape", [(6, 20), (20, 6), (3, 6, 20), (9, 9)])
+@pytest.mark.parametrize("gram", [True, False])
+def test_schatten8_normalisation_is_the_reference_in_both_forms(shape, gram):
+    """`norm="schatten8"` divides each matrix by (sum sigma^8)^(1/8), taken from its singular values
+    in the reference, from (X X^T)^2 inside the iteration: the same iterate, direct or Gram form,
+    one matrix or a stack each with its own norm."""
+    from trainperf.train.muon import newton_schulz
+
+    gen = torch.Generator().manual_seed(8)
+    coef = [(7.9942, -21.9939, 15.5244), (3.5786, -2.4025, 0.4462)]
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    got = newton_schulz(x, coef, 1e-7, torch.float64, gram=gram, norm="schatten8")
+    for i, m in enumerate(x.reshape(-1, *shape[-2:])):
+        want = reference_muon_update(m, torch.zeros_like(m), 0.0, schedule=coef, norm="schatten8")
+        torch.testing.assert_close(got.reshape(-1, *shape[-2:])[i], want / (0.2 * math.sqrt(max(m.shape))),
+                                   rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="norm"):
+        newton_schulz(x, coef, 1e-7, torch.float64, gram=gram, norm="spectral")
+
+
+def test_schatten8_takes_a_dominated_spectrum_further_in_the_same_iterations():
+    """What the tighter bound is for: a momentum whose top direction dominates (a small batch's) enters
+    the iteration larger under Schatten-8 than under Frobenius, so after the same two iterations its
+    other directions sit nearer 1, while the top one stays bounded; the recipe key reaches Muon."""
+    from trainperf.config import ConfigError
+    from trainperf.train.muon import newton_schulz
+
+    gen = torch.Generator().manual_seed(9)
+    u, _ = torch.linalg.qr(torch.randn(128, 128, generator=gen, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(256, 128, generator=gen, dtype=torch.float64))
+    sv = torch.cat([torch.tensor([1.0], dtype=torch.float64), torch.full((127,), 0.07, dtype=torch.float64)])
+    x = (u * sv) @ v.T  # top singular value 1, the rest 0.07: Frobenius norm 1.27, Schatten-8 1.00
+    coef = [(3.4445, -4.7750, 2.0315)] * 2
+    out = {n: torch.linalg.svdvals(newton_schulz(x, coef, 1e-7, torch.float64, norm=n)) for n in ("frobenius", "schatten8")}
+    assert out["schatten8"][1:].min() > 1.2 * out["frobenius"][1:].max()
+    assert out["schatten8"].max() < 1.2
+    small = ["model.vocab_size=64", "model.n_layer=1", "model.d_model=32", "model.seq_len=16", "train.optimizer=muon"]
+    r = load_recipe("tiny", small + ["train.muon_ns_norm=schatten8"])
+    assert build_optimizer(Transformer(r.model), r, torch.device("cpu"))[1].form["norm"] == "schatten8"
+    assert load_recipe("tiny").train.muon_ns_norm == "schatten8"
+    with pytest.raises(ConfigError, match="train.muon_ns_norm"):
+        load_recipe("tiny", ["train.muon_ns_norm=spectral"])
 
 
 def _as_wanted_and_nesterov_inside(ups, want, coef, dtype, atol, gen, **kw) -> None:

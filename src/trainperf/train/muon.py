@@ -43,46 +43,75 @@ Block = tuple[int, int]  # (dim, n): a matrix orthogonalised as n equal blocks a
 GRAM_RATIO = 1.5  # wide side over narrow side past which the Gram form takes fewer products
 
 
+NORMS = ("frobenius", "schatten8")  # what X is divided by before the iteration (`newton_schulz`)
+
+
 def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.dtype,
-                  gram: bool | None = None) -> torch.Tensor:
+                  gram: bool | None = None, norm: str = "frobenius") -> torch.Tensor:
     """The quintic Newton-Schulz iteration towards the orthogonal factor of `g` (one matrix, or a
     stack of same-shape matrices along dim 0, each normalised and iterated on its own), worked on
     the wide side, one iteration per (a, b, c) of `schedule`: X <- a X + (b A + c A^2) X, A = X X^T.
     A stack takes one batched matmul per product instead of one per matrix.
 
+    X is first divided by a bound on its largest singular value: its Frobenius norm (torch's), or
+    with `norm="schatten8"` its Schatten-8 norm (sum of sigma^8)^(1/8), read off A^2, which the
+    first iteration computes anyway. Both are >= sigma_max, but for a momentum whose spectrum one
+    direction dominates (small batches) the Schatten-8 bound is the tighter: every direction enters
+    the iteration larger, so fewer iterations take it as far (bench/results/tiny_records_2026-12-06_to_07.md).
+
     Every iterate is X_k = Q_k X_0 with Q_k a polynomial in A_0 = X_0 X_0^T, so the iteration can
     run on the m x m side alone (the Gram form): p = a I + b A + c A^2, Q <- p Q, A <- p A p, and X
-    is read twice (A_0, then Q X_0); its norm is the square root of A_0's trace, folded into A_0 and
-    Q. For s iterations and n = r m that is 2r + 4s - 3 products of m^3 against s (2r + 1): fewer
-    once r > 1.5, which `gram=None` picks. A tall X is read in place (X^T X, X Q^T). The same
-    polynomial, rounded differently: in bf16 its error against float64 is 0.8-3.8% on `tiny`'s
-    shapes where the direct form's is 0.5-1.6% (bench/results/tiny_records_2026-12-06_to_07.md)."""
+    is read twice (A_0, then Q X_0); its norm is folded into A_0 and Q. For s iterations and n = r m
+    that is 2r + 4s - 3 products of m^3 against s (2r + 1): fewer once r > 1.5, which `gram=None`
+    picks. A tall X is read in place (X^T X, X Q^T). The same polynomial, rounded differently: in
+    bf16 its error against float64 is 0.8-3.8% on `tiny`'s shapes where the direct form's is
+    0.5-1.6% (bench/results/tiny_records_2026-12-06_to_07.md)."""
     mm = torch.addmm if g.dim() == 2 else torch.baddbmm
     tall = g.size(-2) > g.size(-1)
     m, n = sorted(g.shape[-2:])
     x = g.to(dtype)
     if gram if gram is not None else n > GRAM_RATIO * m:
-        a_ = x.mT @ x if tall else x @ x.mT
-        # |X|_F^2 = trace(A_0); spectral <= Frobenius, so X / |X|_F has singular values <= 1
-        wide = torch.promote_types(dtype, torch.float32)
-        norm = a_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=wide).sqrt().clamp(min=eps)[..., None, None]
-        a_ = a_.mul_(norm.square().reciprocal().to(dtype))
+        a_, a2, t = _normalised_gram(x.mT @ x if tall else x @ x.mT, norm, eps, dtype)
         q = None
         for k, (a, b, c) in enumerate(schedule):
-            p = mm(a_, a_, a_, beta=b, alpha=c)
+            p = mm(a_, a_, a_, beta=b, alpha=c) if k or a2 is None else torch.add(a2, a_, alpha=b / c).mul_(c)
             p.diagonal(dim1=-2, dim2=-1).add_(a)
             q = p if q is None else p @ q
             if k + 1 < len(schedule):
                 a_ = p @ (p @ a_)
-        q = q.mul_(norm.reciprocal().to(dtype))
+        q = q.mul_(t.reciprocal().to(dtype))
         return x @ q.mT if tall else q @ x
     if tall:
         x = x.mT
-    x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral <= Frobenius <= 1
-    for a, b, c in schedule:
+    a2 = None
+    if norm == "frobenius":
+        x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral <= Frobenius <= 1
+    else:
+        a_, a2, t = _normalised_gram(x @ x.mT, norm, eps, dtype)
+        x = x * t.reciprocal().to(dtype)
+    for k, (a, b, c) in enumerate(schedule):
+        if k == 0 and a2 is not None:
+            x = mm(x, torch.add(a2, a_, alpha=b / c).mul_(c), x, beta=a)
+            continue
         a_ = x @ x.mT
         x = mm(x, mm(a_, a_, a_, beta=b, alpha=c), x, beta=a)
     return x.mT if tall else x
+
+
+def _normalised_gram(a_: torch.Tensor, norm: str, eps: float,
+                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """A_0 = X X^T of the X that `newton_schulz` divides by t >= sigma_max(X), scaled in place to
+    (X / t)(X / t)^T; with it A_0^2 (Schatten-8, where t comes from it) or None; and t."""
+    wide = torch.promote_types(dtype, torch.float32)
+    if norm == "frobenius":  # |X|_F^2 = trace(A_0)
+        t = a_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=wide).sqrt().clamp(min=eps)[..., None, None]
+        return a_.mul_(t.square().reciprocal().to(dtype)), None, t
+    if norm != "schatten8":
+        raise ValueError(f"Newton-Schulz norm {norm!r}: one of {', '.join(NORMS)}")
+    a2 = a_ @ a_
+    # |A_0^2|_F = (sum sigma^8)^(1/2) = |X|_S8^4
+    t2 = torch.linalg.vector_norm(a2, dim=(-2, -1), dtype=wide).sqrt().clamp(min=eps * eps)[..., None, None]
+    return a_.mul_(t2.reciprocal().to(dtype)), a2.mul_(t2.square().reciprocal().to(dtype)), t2.sqrt()
 
 
 def head_blocks(t: torch.Tensor, block: Block | None) -> torch.Tensor:
@@ -105,7 +134,8 @@ def from_blocks(blocks: torch.Tensor, block: Block | None) -> torch.Tensor:
 def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, dtype: torch.dtype,
                   stack: bool | None = None, toward: list[torch.Tensor] | None = None,
                   weight: float = 0.0, blocks: list[Block | None] | None = None,
-                  gram: bool | None = None, joint: list[list[int]] | None = None) -> list[torch.Tensor]:
+                  gram: bool | None = None, joint: list[list[int]] | None = None,
+                  norm: str = "frobenius") -> list[torch.Tensor]:
     """`newton_schulz` of each update, or of each of its `head_blocks` (`blocks[i]`), coming back
     whole. `joint` names updates orthogonalised as one matrix, their rows (or row blocks) one above
     the other (a gated MLP's gate and up projections: one fused weight, as Megatron's `linear_fc1`
@@ -118,7 +148,7 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
     format) keeps one call per unit (bench/results/tiny_records_2026-12-06_to_07.md). A tall unit
     is not transposed into a wide one's stack: the strided copies cost more than the call saved
     (2026-12-07). A lone whole matrix takes torch's 2-D operations. `stack` overrides the choice
-    (bench/newton_schulz.py times both), `gram` the form.
+    (bench/newton_schulz.py times both); `gram` and `norm` go to `newton_schulz`.
 
     With `toward`, update i is lerp(updates[i], toward[i], weight) (Muon's Nesterov step), written
     straight into the stack in `dtype`: no fp32 copy of every update is made first. Stacked results
@@ -135,6 +165,7 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
 
     out: list[torch.Tensor | None] = [None] * len(updates)
     stacked = dtype in STACKED_DTYPES if stack is None else stack
+    form = {"gram": gram, "norm": norm}  # newton_schulz's choices
     for u in units:
         if len({(views[i][0].size(0), views[i][0].size(2)) for i in u}) > 1:
             raise ValueError(f"joint updates {u} differ in blocks or columns: they cannot stack as one matrix")
@@ -143,10 +174,10 @@ def orthogonalize(updates: list[torch.Tensor], schedule: Schedule, eps: float, d
         ks = [k for k in range(len(units)) if shapes[k] == key]
         if len(ks) == 1 or not stacked:
             for k in ks:
-                _one(units[k], views, blocks, out, schedule, eps, dtype, gram, weight)
+                _one(units[k], views, blocks, out, schedule, eps, dtype, form, weight)
         else:
             _stacked([units[k] for k in ks], [shape(units[k])[0] for k in ks], key, views, blocks, out,
-                     schedule, eps, dtype, gram, weight)
+                     schedule, eps, dtype, form, weight)
     return out  # type: ignore[return-value]
 
 
@@ -157,7 +188,7 @@ def _units(n: int, joint: list[list[int]] | None) -> list[list[int]]:
 
 
 def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], views: list, blocks: list[Block | None],
-             out: list, schedule: Schedule, eps: float, dtype: torch.dtype, gram: bool | None, weight: float) -> None:
+             out: list, schedule: Schedule, eps: float, dtype: torch.dtype, form: dict, weight: float) -> None:
     """`orthogonalize`'s one batched call for units of one matrix shape, `sizes[k]` matrices each:
     every member written into its rows of the stack in `dtype`, read back as a view."""
     at = [0]
@@ -176,19 +207,19 @@ def _stacked(units: list[list[int]], sizes: list[int], shape: tuple[int, int], v
             else:
                 torch.lerp(v, t, weight, out=batch[a:b, rows])
             places.append((i, a, b, rows))
-    ortho = newton_schulz(batch, schedule, eps, dtype, gram)
+    ortho = newton_schulz(batch, schedule, eps, dtype, **form)
     for i, a, b, rows in places:
         out[i] = from_blocks(ortho[a:b, rows], blocks[i])
 
 
 def _one(unit: list[int], views: list, blocks: list[Block | None], out: list, schedule: Schedule, eps: float,
-         dtype: torch.dtype, gram: bool | None, weight: float) -> None:
+         dtype: torch.dtype, form: dict, weight: float) -> None:
     """`orthogonalize`'s one call for one unit: a lone whole matrix in 2-D, anything else as blocks."""
     parts = [(v if t is None else torch.lerp(v, t, weight)) for v, t in (views[i] for i in unit)]
     x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     if x.size(0) == 1 and blocks[unit[0]] is None:
         x = x[0]
-    o = newton_schulz(x, schedule, eps, dtype, gram)
+    o = newton_schulz(x, schedule, eps, dtype, **form)
     o = o.unsqueeze(0) if o.dim() == 2 else o
     off = 0
     for i, p in zip(unit, parts):
@@ -202,16 +233,19 @@ class Muon(torch.optim.Muon):
     as equal blocks, parameter -> (dim, n) (`head_blocks`); the others whole. `joint`: groups of
     parameters orthogonalised as one matrix, rows stacked (`orthogonalize`); their step size is
     the joint matrix's. `gram`: the Gram form always (True), never (False) or by shape (None,
-    `newton_schulz`)."""
+    `newton_schulz`); `ns_norm`: the bound X is divided by first, "frobenius" (torch's) or
+    "schatten8" (`newton_schulz`)."""
 
     def __init__(self, params, ns_dtype: torch.dtype = torch.bfloat16, ns_schedule: Schedule | None = None,
                  blocks: dict[torch.Tensor, Block] | None = None, gram: bool | None = None,
-                 joint: list[tuple[torch.Tensor, ...]] | None = None, **kwargs):
+                 joint: list[tuple[torch.Tensor, ...]] | None = None, ns_norm: str = "frobenius", **kwargs):
         super().__init__(params, **kwargs)
         self.ns_dtype = ns_dtype
         self.ns_schedule = ns_schedule
         self.blocks = blocks or {}
-        self.gram = gram
+        if ns_norm not in NORMS:
+            raise ValueError(f"ns_norm {ns_norm!r}: one of {', '.join(NORMS)}")
+        self.form = {"gram": gram, "norm": ns_norm}  # newton_schulz's choices
         self.joint = joint or []
 
     @torch.no_grad()
@@ -250,11 +284,11 @@ class Muon(torch.optim.Muon):
                 shapes[i] = torch.Size((rows, *params[i].shape[1:]))
         if isinstance(grads[0], DTensor):
             updates = torch._foreach_lerp(grads, bufs, mu) if group["nesterov"] else bufs
-            orthos = self._sharded(updates, *args, gram=self.gram, blocks=blocks, joint=joint)
+            orthos = self._sharded(updates, *args, self.form, blocks=blocks, joint=joint)
         elif group["nesterov"]:  # the Nesterov update made inside, in Newton-Schulz's format
-            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks, gram=self.gram, joint=joint)
+            orthos = orthogonalize(grads, *args, toward=bufs, weight=mu, blocks=blocks, joint=joint, **self.form)
         else:
-            orthos = orthogonalize(bufs, *args, blocks=blocks, gram=self.gram, joint=joint)
+            orthos = orthogonalize(bufs, *args, blocks=blocks, joint=joint, **self.form)
         torch._foreach_mul_(params, 1 - lr * wd)
         # one foreach add per step size (one per shape); a 16-bit update is widened inside the add
         by_alpha: dict[float, tuple[list, list]] = {}
@@ -267,14 +301,14 @@ class Muon(torch.optim.Muon):
 
     @staticmethod
     def _sharded(updates: list[DTensor], schedule: Schedule, eps: float, dtype: torch.dtype,
-                 gram: bool | None, blocks: list[Block | None], joint: list[list[int]]) -> list[DTensor]:
+                 form: dict, blocks: list[Block | None], joint: list[list[int]]) -> list[DTensor]:
         """Each unit (`orthogonalize`) on its gathered whole, one at a time (a model's matrices are
         never whole together), every rank keeping its shard of the result."""
         out: list[DTensor | None] = [None] * len(updates)
         for unit in _units(len(updates), joint):
             fulls = [updates[i].full_tensor() for i in unit]
-            orthos = orthogonalize(fulls, schedule, eps, dtype, stack=False, gram=gram,
-                                   blocks=[blocks[i] for i in unit], joint=[list(range(len(unit)))])
+            orthos = orthogonalize(fulls, schedule, eps, dtype, stack=False,
+                                   blocks=[blocks[i] for i in unit], joint=[list(range(len(unit)))], **form)
             for i, full, ortho in zip(unit, fulls, orthos):
                 # Replicate -> the parameter's placements is a local slice, no communication
                 mesh = updates[i].device_mesh

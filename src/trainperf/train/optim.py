@@ -88,7 +88,7 @@ def build_optimizer(model: torch.nn.Module, r: Recipe, device: torch.device) -> 
                          blocks={p: b for p, b in blocks.items() if id(p) in to_muon},
                          joint=[g for g in joint if all(id(p) in to_muon for p in g)],
                          lr=muon_lr, weight_decay=t.weight_decay, momentum=t.muon_momentum,
-                         adjust_lr_fn="match_rms_adamw", ns_steps=t.muon_ns_steps))
+                         adjust_lr_fn="match_rms_adamw", ns_steps=t.muon_ns_steps, ns_norm=t.muon_ns_norm))
     return opts
 
 
