@@ -9,6 +9,10 @@ round predicts: the minutes, the 80% band, and the minutes if the software trend
     python bench/newer_round.py --json /tmp/v6.json
     python bench/newer_round.py --folders bench/results/v6_0_other_405b_folders.csv \
         --runs bench/results/v6_0_other_405b_runs.csv    # other submitters' v6.0 405B rows
+    python bench/newer_round.py --folders bench/results/v6_0_nvidia_folders.csv --runs bench/results/v6_0_nvidia_runs.csv \
+        --folders bench/results/v6_0_other_405b_folders.csv --runs bench/results/v6_0_other_405b_runs.csv \
+        --folders bench/results/v6_0_other_folders.csv --runs bench/results/v6_0_other_runs.csv \
+        --csv bench/results/plan_forward_v6.0_2026-12-07.csv   # all of them, as `plan validate --results` reads
 
 Inputs (committed, `bench/results/`): `v6_0_nvidia_folders.csv`, one row per results folder
 (system, benchmark, GPUs, global batch, the folder's `scaling.json` factor where it publishes one,
@@ -146,16 +150,23 @@ def summarize(rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--round", dest="round_", default="6.0", help="the round the rows are from (its rules and RCPs)")
-    ap.add_argument("--folders", type=Path, default=FOLDERS)
-    ap.add_argument("--runs", type=Path, default=RUNS)
+    ap.add_argument("--folders", type=Path, action="append", help="a folders CSV (repeat, paired with --runs)")
+    ap.add_argument("--runs", type=Path, action="append", help="its runs CSV")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--csv", type=Path, default=None,
+                    help="write the scored rows as a `trainperf plan validate --results` file")
     args = ap.parse_args(argv)
+    folders, runs = args.folders or [FOLDERS], args.runs or [RUNS]
+    if len(folders) != len(runs):
+        ap.error("give one --runs per --folders")
     ruleset = f"{args.round_}.0"
     rows = []
     print(f"{'benchmark':16} {'GPUs':>10} {'GBS':>5} {'published':>9} {'plan':>16} {'80% band':>17} "
           f"{'if the trend holds':>19} {'trend range':>17}")
-    for f in load(args.folders, args.runs):
+    scored = []
+    for f in (f for fo, ru in zip(folders, runs) for f in load(fo, ru)):
         raw, norm, sc = score(f, ruleset)
+        scored.append((f, raw, norm, sc))
         if f.published_scaling is not None and abs(norm - f.published_scaling) > 1e-9:
             raise SystemExit(f"newer_round: {f.system}/{f.benchmark}: RCP normalization {norm} differs from the "
                              f"folder's scaling.json {f.published_scaling}")
@@ -172,7 +183,27 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(s))
     if args.json:
         args.json.write_text(json.dumps({"round": args.round_, "rows": rows, "summary": s}, indent=1))
+    if args.csv:
+        write_results_csv(args.csv, args.round_, scored)
     return 0
+
+
+def write_results_csv(path: Path, round_: str, scored: list[tuple[Folder, float, float, float]]) -> None:
+    """The scored folders in `plan/data/mlperf_results.csv`'s columns, for `plan validate --results`."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["round", "benchmark", "submitter", "system", "accelerator", "num_accelerators",
+                    "global_batch_size", "minutes", "source", "note"])
+        for f, raw, norm, sc in scored:
+            repo, _, rest = f.source.partition("@")
+            sha, _, where = rest.partition(" ")
+            url = f"https://github.com/{repo}/tree/{sha}/{where.split()[0].rstrip('/')}"
+            ok = len(f.minutes)
+            note = (f"scored by bench/newer_round.py from its runs CSV: olympic mean {raw:.4f} of {ok}/{len(f.runs)} "
+                    f"converged runs x RCP normalization {norm}; runs(min)={[round(m, 3) for m in f.minutes]}; "
+                    f"scaling.json={f.published_scaling if f.published_scaling is not None else 'none'}")
+            w.writerow([f"v{round_}", f.benchmark, f.submitter, f.system, f.accelerator, f.gpus, f.gbs,
+                        f"{sc:.3f}", url, note])
 
 
 if __name__ == "__main__":
