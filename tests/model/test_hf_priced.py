@@ -113,3 +113,19 @@ def test_the_planner_prices_a_gemma_config_and_names_it(tmp_path, capsys):
     assert main(["plan", "--model", folder, "--gpu", "h100", "--gpus", "8", "--gbs", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["model_shape"]["gated_mlp"] and d["model_source"].endswith("config.json")
+
+
+def test_a_width_under_its_older_name_is_read_and_named_as_written(tmp_path):
+    """BloomConfig and FalconConfig take `n_embed` for hidden_size: read from it, and an error about
+    it names the key the file holds, on every path that names keys (size_keys is the one rule)."""
+    from trainperf.model.hf_config import size_keys
+
+    raw = {"model_type": "bloom", **{k: v for k, v in SMALL["bloom"].items() if k != "hidden_size"},
+           "n_embed": SMALL["bloom"]["hidden_size"]}
+    assert size_keys("bloom", raw)["d_model"] == "n_embed" and size_keys("bloom")["d_model"] == "hidden_size"
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(raw))
+    assert custom_workload(str(p), seq_len=64, gbs=8).model.d_model == SMALL["bloom"]["hidden_size"]
+    p.write_text(json.dumps({**raw, "n_embed": 1 << 40}))
+    with pytest.raises(ConfigError, match="n_embed"):
+        custom_workload(str(p), seq_len=64, gbs=8)

@@ -80,11 +80,15 @@ PRICED: dict[str, Priced] = {
 PRICED_LAYERS = ("full_attention", "sliding_attention")
 
 
-def size_keys(kind: str | None) -> dict[str, str]:
-    """The config.json key each ModelConfig size of a `kind` config is read from (errors name it)."""
+def size_keys(kind: str | None, raw: dict | None = None) -> dict[str, str]:
+    """The config.json key each ModelConfig size of a `kind` config is read from (errors name it),
+    for the config `raw` where given (a priced type's width may be under its older name, n_embed)."""
     if kind == "gpt2":
         return SIZE_KEYS["gpt"]
-    return {**SIZE_KEYS["llama"], **(PRICED[kind].keys if kind in PRICED else {})}
+    keys = {**SIZE_KEYS["llama"], **(PRICED[kind].keys if kind in PRICED else {})}
+    if kind in PRICED and raw is not None and keys["d_model"] not in raw and "n_embed" in raw:
+        keys["d_model"] = "n_embed"  # BloomConfig and FalconConfig take the older name too
+    return keys
 
 
 # the model types with a sliding window, and its size where config.json leaves the key out, as their
@@ -105,7 +109,7 @@ def rope_of(raw: dict) -> tuple[float, str, dict]:
 class _Reader:
     def __init__(self, raw: dict, where: str, error: type[TrainperfError], exact: bool):
         self.raw, self.where, self.error, self.exact = raw, where, error, exact
-        self.keys = size_keys(raw.get("model_type"))
+        self.keys = size_keys(raw.get("model_type"), raw)
 
     def fail(self, key: str, why: str) -> TrainperfError:
         return self.error(f"{self.where}: {key}={self.raw.get(key)!r}: {why}")
@@ -187,8 +191,6 @@ def _priced(r: _Reader, kind: str, seq: int) -> ModelConfig:
         raise r.error(f"{r.where}: layer_types holds {', '.join(map(str, other))}: the planner prices full "
                       "(or sliding-window) causal attention layers only")
     _window(r, kind, seq)
-    if r.keys["d_model"] not in raw and "n_embed" in raw:  # BloomConfig and FalconConfig take the older name too
-        r.keys = {**r.keys, "d_model": "n_embed"}
     d, n_head = r.size("d_model"), r.size("n_head")
     head = r.size("head_size", 0)  # null or absent: d_model / heads
     r.need(r.keys["n_head"], head or d % n_head == 0, f"does not divide {r.keys['d_model']}={d}", cost=True)

@@ -255,7 +255,7 @@ def parse_hf_config(path: Path, seq_len: int | None = None) -> ModelConfig:
     where = f"--model {path}"
     raw = read_json(path, ConfigError)
     cfg, _ = hf_model_config(raw, where, ConfigError, exact=False, seq_len=seq_len)
-    check_model(cfg, where, {**size_keys(raw.get("model_type")), **(SEQ_LEN if seq_len is not None else {})})
+    check_model(cfg, where, {**size_keys(raw.get("model_type"), raw), **(SEQ_LEN if seq_len is not None else {})})
     return cfg
 
 
