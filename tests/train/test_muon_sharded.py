@@ -12,7 +12,8 @@ from trainperf.train.muon import Muon
 
 SHAPES = [(12, 8), (8, 12), (12, 8)]  # tall and wide: the iteration runs on the wide side
 BLOCKS = [(0, 3), (1, 2)]  # as wq (rows) and wo (columns) per head: 4 x 8 (Gram form) and 8 x 6 blocks
-MODES = ("whole", "heads", "joint")  # joint: the first and the last one matrix, as a gate and an up projection
+MODES = ("whole", "heads", "joint", "joint, schatten8")  # joint: the first and the last one matrix, as a gate
+# and an up projection; schatten8: the momentum normalised by its Schatten-8 norm (the tiny recipe's)
 
 
 def _start(seed: int = 0) -> tuple[list[torch.nn.Parameter], list[list[torch.Tensor]]]:
@@ -25,7 +26,8 @@ def _start(seed: int = 0) -> tuple[list[torch.nn.Parameter], list[list[torch.Ten
 def _steps(params, grads, to_param_grad, mode: str) -> list[torch.Tensor]:
     opt = Muon(params, ns_dtype=torch.float32, lr=0.05, weight_decay=0.1, momentum=0.95, adjust_lr_fn="match_rms_adamw",
                blocks=dict(zip(params, BLOCKS)) if mode == "heads" else None,
-               joint=[(params[0], params[2])] if mode == "joint" else None)
+               joint=[(params[0], params[2])] if mode.startswith("joint") else None,
+               ns_norm="schatten8" if mode.endswith("schatten8") else "frobenius")
     for step in grads:
         for p, g in zip(params, step):
             p.grad = to_param_grad(p, g)
@@ -73,3 +75,4 @@ def test_sharded_muon_equals_one_process(tmp_path):
     assert not torch.allclose(want["whole"][0], _start()[0][0].detach())  # the steps moved the weights
     assert not torch.allclose(want["heads"][0], want["whole"][0], atol=1e-4)  # the blocks are their own matrices
     assert not torch.allclose(want["joint"][0], want["whole"][0], atol=1e-4)  # the pair is one matrix
+    assert not torch.allclose(want["joint, schatten8"][0], want["joint"][0], atol=1e-4)  # the norm reached the step
