@@ -255,15 +255,16 @@ def test_schatten8_normalisation_is_the_reference_in_both_forms(shape, gram):
     from trainperf.train.muon import newton_schulz
 
     gen = torch.Generator().manual_seed(8)
-    coef = [(7.9942, -21.9939, 15.5244), (3.5786, -2.4025, 0.4462)]
     x = torch.randn(shape, generator=gen, dtype=torch.float64)
-    got = newton_schulz(x, coef, 1e-7, torch.float64, gram=gram, norm="schatten8")
-    for i, m in enumerate(x.reshape(-1, *shape[-2:])):
-        want = reference_muon_update(m, torch.zeros_like(m), 0.0, schedule=coef, norm="schatten8")
-        torch.testing.assert_close(got.reshape(-1, *shape[-2:])[i], want / (0.2 * math.sqrt(max(m.shape))),
-                                   rtol=0, atol=1e-12)
+    # the tuned quintic pair, and a cubic (c = 0: no A^2 term in the first iteration)
+    for coef in ([(7.9942, -21.9939, 15.5244), (3.5786, -2.4025, 0.4462)], [(1.5, -0.5, 0.0)] * 3):
+        got = newton_schulz(x, coef, 1e-7, torch.float64, gram=gram, norm="schatten8")
+        for i, m in enumerate(x.reshape(-1, *shape[-2:])):
+            want = reference_muon_update(m, torch.zeros_like(m), 0.0, schedule=coef, norm="schatten8")
+            torch.testing.assert_close(got.reshape(-1, *shape[-2:])[i], want / (0.2 * math.sqrt(max(m.shape))),
+                                       rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="norm"):
-        newton_schulz(x, coef, 1e-7, torch.float64, gram=gram, norm="spectral")
+        newton_schulz(x, [(3.4445, -4.7750, 2.0315)], 1e-7, torch.float64, gram=gram, norm="spectral")
 
 
 def test_schatten8_takes_a_dominated_spectrum_further_in_the_same_iterations():

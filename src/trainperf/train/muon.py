@@ -74,7 +74,7 @@ def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.
         a_, a2, t = _normalised_gram(x.mT @ x if tall else x @ x.mT, norm, eps, dtype)
         q = None
         for k, (a, b, c) in enumerate(schedule):
-            p = mm(a_, a_, a_, beta=b, alpha=c) if k or a2 is None else torch.add(a2, a_, alpha=b / c).mul_(c)
+            p = mm(a_, a_, a_, beta=b, alpha=c) if k or a2 is None else _first(a_, a2, b, c)
             p.diagonal(dim1=-2, dim2=-1).add_(a)
             q = p if q is None else p @ q
             if k + 1 < len(schedule):
@@ -91,11 +91,16 @@ def newton_schulz(g: torch.Tensor, schedule: Schedule, eps: float, dtype: torch.
         x = x * t.reciprocal().to(dtype)
     for k, (a, b, c) in enumerate(schedule):
         if k == 0 and a2 is not None:
-            x = mm(x, torch.add(a2, a_, alpha=b / c).mul_(c), x, beta=a)
+            x = mm(x, _first(a_, a2, b, c), x, beta=a)
             continue
         a_ = x @ x.mT
         x = mm(x, mm(a_, a_, a_, beta=b, alpha=c), x, beta=a)
     return x.mT if tall else x
+
+
+def _first(a_: torch.Tensor, a2: torch.Tensor, b: float, c: float) -> torch.Tensor:
+    """b A + c A^2 of the first iteration from the A^2 the Schatten-8 norm was read off."""
+    return torch.add(a2, a_, alpha=b / c).mul_(c) if c else a_ * b
 
 
 def _normalised_gram(a_: torch.Tensor, norm: str, eps: float,
