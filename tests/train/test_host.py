@@ -2,6 +2,7 @@
 
 import ctypes
 import sys
+import time
 
 import pytest
 
@@ -120,3 +121,43 @@ def test_busy_cores_elsewhere_counts_only_the_cpus_this_process_may_use(monkeypa
     monkeypatch.setattr(host.os, "times", lambda: type("T", (), {"user": 0.0, "system": 0.0})())
     monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert host.busy_cores_elsewhere() == pytest.approx(0.5)  # cpu0's stolen half; cpu1 is not ours
+
+
+class _FakeIsa:
+    """Stands for one of inductor's VecISA objects: its check (`bool`) takes `seconds` and is recorded."""
+
+    def __init__(self, name: str, seconds: float, log: list):
+        self.name, self.seconds, self.log = name, seconds, log
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __bool__(self) -> bool:
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        self.log.append((self.name, start, time.monotonic()))
+        return True
+
+
+def test_vector_isa_checks_run_side_by_side_for_the_sets_this_cpu_has(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    log: list = []
+    isas = [_FakeIsa(n, 0.3, log) for n in ("avx512 avx512_vnni amx_tile", "avx512 avx512_vnni", "avx512", "avx2", "asimd")]
+    monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list", isas)
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512", "avx512_vnni"])
+    thread = host.check_vector_isas()
+    assert thread is not None
+    thread.join(timeout=10)
+    assert sorted(name for name, _, _ in log) == ["avx2", "avx512", "avx512 avx512_vnni"]  # not AMX, not ARM's
+    # side by side: every check started before the first one ended
+    assert max(start for _, start, _ in log) < min(end for _, _, end in log)
+
+
+def test_vector_isa_checks_start_nothing_where_the_cpu_has_none_of_the_sets(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    log: list = []
+    monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list", [_FakeIsa("avx2", 0.0, log)])
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: [])
+    assert host.check_vector_isas() is None and log == []

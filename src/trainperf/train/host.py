@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import time
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -68,3 +69,35 @@ def threads_beside(threads: int, busy: float) -> int:
     holds the others at each one: `tiny` trained in 61.8 s on 2 threads beside one busy process and
     in 25.3 s on 1 (15.3 s on 2 alone; 2-core Zen 5, bench/results/tiny_records_2026-12-06_to_07.md)."""
     return max(1, threads - int(busy + 0.25))
+
+
+def check_vector_isas() -> threading.Thread | None:
+    """Start inductor's checks of this CPU's vector instruction sets in a background thread, all at once.
+
+    Before compiling its first CPU kernel, inductor asks which of AVX-512 with VNNI, AVX-512 and
+    AVX2 both the CPU and the compiler support: for each, it compiles a test program (once per
+    machine, kept in its cache) and loads it in a new Python process (every run), one after the
+    other: 6.7 s of compiling and 1.2 s of loading on a new 2-core Zen 4, 1.6 s of loading on every
+    later run (bench/results/tiny_records_2026-12-06_to_07.md). Each check is a subprocess, so
+    threads run them side by side, and while the run reads its data. The answers land in
+    inductor's own per-ISA cache, which its later call finds filled. None where this torch has no
+    such checks (the names are inductor's own, present in 2.11-2.13) or the CPU is not x86."""
+    try:
+        from torch._inductor import cpu_vec_isa
+        isas, on_cpu = cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.x86_isa_checker()
+    except (ImportError, AttributeError, OSError):
+        return None
+    wanted = [isa for isa in isas if str(isa).split() and all(f in on_cpu for f in str(isa).split())]
+    if not wanted:
+        return None
+
+    def check_all() -> None:
+        checks = [threading.Thread(target=bool, args=(isa,), daemon=True) for isa in wanted]
+        for t in checks:
+            t.start()
+        for t in checks:
+            t.join()
+
+    thread = threading.Thread(target=check_all, name="inductor-isa-checks", daemon=True)
+    thread.start()
+    return thread

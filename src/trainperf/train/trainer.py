@@ -39,7 +39,7 @@ from trainperf.provenance import code_version
 from trainperf.train.checkpoint import Checkpointer
 from trainperf.train.metadata import run_metadata, submission_metadata
 from trainperf.train.engine import make_engine
-from trainperf.train.host import keep_freed_memory
+from trainperf.train.host import check_vector_isas, keep_freed_memory
 from trainperf.train.optim import Optimizers, lr_at
 from trainperf.train.peak import device_peak
 from trainperf.train.precision import PrecisionChoice, choose_precision
@@ -195,7 +195,12 @@ class Trainer:
         self.dims = ParallelDims.from_config(r.parallel, env.world_size, env.rank)
         self.geometry = self.dims.batch(r.train)
         self.dims.build_mesh(self.device.type)
+        # inductor's ISA checks are subprocesses: they run beside the data's reading and tokenizing,
+        # and end before anything is timed (the precision probe, the peak)
+        checks = check_vector_isas() if r.parallel.compile and self.device.type == "cpu" else None
         self.data = open_data(r, env)
+        if checks is not None:
+            checks.join()
         if self.device.type == "cpu":  # after the data: a first run's tokenizing keeps its own memory behaviour
             keep_freed_memory()
         self.precision = resolve_precision(r, env, ckpt, self.geometry.micro, r.model.seq_len // self.dims.cp)
