@@ -12,7 +12,9 @@ round predicts: the minutes, the 80% band, and the minutes if the software trend
     python bench/newer_round.py --folders bench/results/v6_0_nvidia_folders.csv --runs bench/results/v6_0_nvidia_runs.csv \
         --folders bench/results/v6_0_other_405b_folders.csv --runs bench/results/v6_0_other_405b_runs.csv \
         --folders bench/results/v6_0_other_folders.csv --runs bench/results/v6_0_other_runs.csv \
-        --csv bench/results/plan_forward_v6.0_2026-12-07.csv   # all of them, as `plan validate --results` reads
+        ... --folders bench/results/v6_0_more6_folders.csv --runs bench/results/v6_0_more6_runs.csv \
+        --csv bench/results/plan_forward_v6.0_2026-12-08.csv   # all of them (more, more2 .. more6 too),
+                                                               # as `plan validate --results` reads
 
 Inputs (committed, `bench/results/`): `v6_0_nvidia_folders.csv`, one row per results folder
 (system, benchmark, GPUs, global batch, the folder's `scaling.json` factor where it publishes one,
