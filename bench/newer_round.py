@@ -158,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=None,
                     help="write the scored rows as a `trainperf plan validate --results` file")
     args = ap.parse_args(argv)
+    if bool(args.folders) != bool(args.runs) or len(args.folders or []) != len(args.runs or []):
+        ap.error("give one --runs per --folders (neither: the committed NVIDIA rows)")
     folders, runs = args.folders or [FOLDERS], args.runs or [RUNS]
-    if len(folders) != len(runs):
-        ap.error("give one --runs per --folders")
+    for path in folders + runs:
+        if not path.is_file():
+            ap.error(f"{path}: no such file")
     ruleset = f"{args.round_}.0"
     rows = []
     print(f"{'benchmark':16} {'GPUs':>10} {'GBS':>5} {'published':>9} {'plan':>16} {'80% band':>17} "
