@@ -87,3 +87,28 @@ def test_the_other_submitters_lora_and_8b_rows_load_with_every_log(nr):
     assert len(fs) == 25 and {f.benchmark for f in fs} == {"llama2_70b_lora", "llama31_8b"}
     assert all(len(f.minutes) == 10 for f in fs)  # every run converged
     assert "NVIDIA" not in {f.submitter for f in fs}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--folders", "bench/results/v6_0_more4_folders.csv"], "give one --runs per --folders"),  # its runs left out
+    (["--runs", "bench/results/v6_0_more4_runs.csv"], "give one --runs per --folders"),
+    (["--folders", "bench/results/no_such_folders.csv", "--runs", "bench/results/v6_0_more4_runs.csv"],
+     "no_such_folders.csv: no such file"),
+])
+def test_a_folders_file_without_its_runs_or_a_missing_file_is_a_usage_error(nr, argv, says, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exc:
+        nr.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "error: " in err and says in err and "Traceback" not in err
+
+
+def test_every_v6_0_folder_file_pairs_with_its_runs_file(nr):
+    """The forward check's rows: each `v6_0_*_folders.csv` loads with its runs, every run converged."""
+    pairs = sorted(p for p in nr.RESULTS.glob("v6_0_*_folders.csv") if "index" not in p.name)
+    total = 0
+    for p in pairs:
+        fs = nr.load(p, p.with_name(p.name.replace("_folders", "_runs")))
+        assert fs and all(f.minutes for f in fs), p.name
+        total += len(fs)
+    assert total == 104
