@@ -41,6 +41,10 @@ def test_catalog_lookups():
     assert gpu_for_result("TPU-v5p") is None
     # an NVL or PCIe card is not the SXM part of the same name
     assert gpu_for_result("NVIDIA H200-NVL-141GB") is None and gpu_for_result("NVIDIA H100 PCIe") is None
+    # "gh200" holds "h200": a Grace Hopper is its own 96 GB HBM3 part, and its HBM3e variant none of the catalog's
+    gh = gpu_for_result("NVIDIA Hopper GPU (GH200)")
+    assert gh.key == "gh200" and gh.hbm_gb == 96 and gh.generation == "hopper"
+    assert gpu_for_result("NVIDIA GH200 144GB HBM3e") is None
     with pytest.raises(ConfigError, match="unknown GPU"):
         get_gpu("h900")
 

@@ -197,8 +197,9 @@ def cluster(gpu: str | GPU, n_gpus: int, network: str | None = None) -> Cluster:
 
 # How MLPerf results name the accelerators trainperf has a catalog entry for (checked in order:
 # GB before B, Ultra before plain).
+# longest names first where one contains another: "gh200" holds "h200", "gb200" holds "b200"
 _RESULT_NAMES = [("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b200", "b200"),
-                 ("h200", "h200"), ("h100", "h100"), ("a100", "a100")]
+                 ("gh200", "gh200"), ("h200", "h200"), ("h100", "h100"), ("a100", "a100")]
 
 
 def gpu_for_result(accelerator: str) -> GPU | None:
@@ -206,6 +207,8 @@ def gpu_for_result(accelerator: str) -> GPU | None:
     s = accelerator.lower().replace(" ", "").replace("-", "")
     if ("nvl" in s or "pcie" in s) and not ("gb200" in s or "gb300" in s):
         return None  # H100/H200 NVL and PCIe cards: lower clocks and power, NVLink bridges; not the SXM parts
+    if "gh200" in s and any(t in s for t in ("141", "144", "hbm3e")):
+        return None  # the HBM3e Grace Hopper: the catalog's gh200 is the 96 GB HBM3 part
     for needle, key in _RESULT_NAMES:
         if needle in s:
             return gpus()[key]
