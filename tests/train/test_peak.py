@@ -22,6 +22,8 @@ def test_gpu_names_match_the_most_specific_part():
     assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16").flops == 989e12
     assert gpu_peak("NVIDIA H100 PCIe", "bf16").flops == 756.5e12  # not the SXM figure
     assert gpu_peak("NVIDIA H100 PCIe", "fp8").flops == 1513e12
+    gh = gpu_peak("NVIDIA GH200 480GB", "bf16")  # a Grace Hopper: its own entry, not the H200 it spells
+    assert gh.flops == 989e12 and "GH200" in gh.source and "H200 SXM" not in gh.source
     nvl = gpu_peak("NVIDIA H100 NVL", "bf16")  # differs from SXM, no sourced figure here: none
     assert nvl.flops is None and "no bf16 datasheet peak" in nvl.source
 

@@ -27,13 +27,14 @@ from trainperf.train import machine_cache
 RECHECK_SECONDS = 0.1  # with an earlier run's figure kept: a short look that can only raise it
 
 # CUDA device-name fragment (upper case, no spaces or dashes) -> the planner catalog's key.
-CATALOG_KINDS = {"A100": "a100", "H100": "h100", "H200": "h200", "B200": "b200", "GB200": "gb200",
+CATALOG_KINDS = {"A100": "a100", "H100": "h100", "H200": "h200", "GH200": "gh200", "B200": "b200", "GB200": "gb200",
                  "B300": "b300", "GB300": "gb300"}
 
 # FP32 (non-tensor-core) dense TFLOP/s, where a datasheet gives it.
 FP32_TFLOPS: dict[str, tuple[float, str]] = {
     "H100": (66.9, "glennklockwood.com/garden/processors/h100 (H100 SXM5 FP32 VFMA 66.9)"),
     "H200": (66.9, "same GH100 SXM compute as H100 (glennklockwood.com/garden/processors/h100)"),
+    "GH200": (66.9, "same GH100 compute as H100 (glennklockwood.com/garden/processors/h100)"),
 }
 
 # Parts the catalog lacks: (dense TFLOP/s per precision, source). An entry of None names a part whose
