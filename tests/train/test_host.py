@@ -143,7 +143,7 @@ def test_vector_isa_checks_run_side_by_side_for_the_sets_this_cpu_has(monkeypatc
     from torch._inductor import cpu_vec_isa
 
     log: list = []
-    isas = [_FakeIsa(n, 0.3, log) for n in ("avx512 avx512_vnni amx_tile", "avx512 avx512_vnni", "avx512", "avx2", "asimd")]
+    isas = [_FakeIsa(n, 0.5, log) for n in ("avx512 avx512_vnni amx_tile", "avx512 avx512_vnni", "avx512", "avx2", "asimd")]
     monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list", isas)
     monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512", "avx512_vnni"])
     thread = host.check_vector_isas()
