@@ -195,11 +195,16 @@ def cluster(gpu: str | GPU, n_gpus: int, network: str | None = None) -> Cluster:
     return Cluster(gpu=g, n_gpus=n_gpus, network=get_network(network or g.network), nvlink=nvlink())
 
 
-# How MLPerf results name the accelerators trainperf has a catalog entry for (checked in order:
-# GB before B, Ultra before plain).
-# longest names first where one contains another: "gh200" holds "h200", "gb200" holds "b200"
-_RESULT_NAMES = [("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b200", "b200"),
-                 ("gh200", "gh200"), ("h200", "h200"), ("h100", "h100"), ("a100", "a100")]
+# The catalog GPUs a device's or an MLPerf result's name can spell (h100_96gb has no such name).
+CATALOG_NAMES = ("a100", "h100", "h200", "gh200", "b200", "gb200", "b300", "gb300")
+
+
+def catalog_kind(name: str) -> str | None:
+    """The catalog GPU `name` spells (a CUDA device name, an MLPerf accelerator column): the longest
+    catalog name inside it, as one name can hold another ("gh200" holds "h200", "gb300" "b300")."""
+    s = name.lower().replace(" ", "").replace("-", "").replace("_", "")
+    found = [k for k in CATALOG_NAMES if k in s]
+    return max(found, key=len) if found else None
 
 
 def gpu_for_result(accelerator: str) -> GPU | None:
@@ -209,7 +214,5 @@ def gpu_for_result(accelerator: str) -> GPU | None:
         return None  # H100/H200 NVL and PCIe cards: lower clocks and power, NVLink bridges; not the SXM parts
     if "gh200" in s and any(t in s for t in ("141", "144", "hbm3e")):
         return None  # the HBM3e Grace Hopper: the catalog's gh200 is the 96 GB HBM3 part
-    for needle, key in _RESULT_NAMES:
-        if needle in s:
-            return gpus()[key]
-    return None
+    kind = catalog_kind(accelerator)
+    return gpus()[kind] if kind else None

@@ -21,20 +21,16 @@ from pathlib import Path
 
 import torch
 
-from trainperf.plan.hardware import gpus
+from trainperf.plan.hardware import catalog_kind, gpus
 from trainperf.train import machine_cache
 
 RECHECK_SECONDS = 0.1  # with an earlier run's figure kept: a short look that can only raise it
 
-# CUDA device-name fragment (upper case, no spaces or dashes) -> the planner catalog's key.
-CATALOG_KINDS = {"A100": "a100", "H100": "h100", "H200": "h200", "GH200": "gh200", "B200": "b200", "GB200": "gb200",
-                 "B300": "b300", "GB300": "gb300"}
-
-# FP32 (non-tensor-core) dense TFLOP/s, where a datasheet gives it.
+# FP32 (non-tensor-core) dense TFLOP/s, where a datasheet gives it, by catalog GPU.
 FP32_TFLOPS: dict[str, tuple[float, str]] = {
-    "H100": (66.9, "glennklockwood.com/garden/processors/h100 (H100 SXM5 FP32 VFMA 66.9)"),
-    "H200": (66.9, "same GH100 SXM compute as H100 (glennklockwood.com/garden/processors/h100)"),
-    "GH200": (66.9, "same GH100 compute as H100 (glennklockwood.com/garden/processors/h100)"),
+    "h100": (66.9, "glennklockwood.com/garden/processors/h100 (H100 SXM5 FP32 VFMA 66.9)"),
+    "h200": (66.9, "same GH100 SXM compute as H100 (glennklockwood.com/garden/processors/h100)"),
+    "gh200": (66.9, "same GH100 compute as H100 (glennklockwood.com/garden/processors/h100)"),
 }
 
 # Parts the catalog lacks: (dense TFLOP/s per precision, source). An entry of None names a part whose
@@ -103,10 +99,10 @@ def matmul_rate(device: torch.device, precision: str, n: int, seconds: float) ->
 def gpu_peak(name: str, precision: str) -> Peak:
     """The datasheet peak of the CUDA device called `name`, or a Peak without flops saying why none."""
     key = name.upper().replace(" ", "").replace("-", "").replace("_", "")
-    kinds = sorted([k for k in [*CATALOG_KINDS, *OWN_PARTS] if k in key], key=len, reverse=True)
-    if not kinds:
+    # a part of its own (a PCIe or NVL card) before the catalog's SXM part whose name it holds
+    kind = max((k for k in OWN_PARTS if k in key), key=len, default=None) or catalog_kind(name)
+    if kind is None:
         return Peak(None, f"unknown GPU '{name}': no datasheet peak in trainperf's table, so no MFU")
-    kind = kinds[0]
     if kind in OWN_PARTS:
         own = OWN_PARTS[kind]
         if own is None or precision not in own[0]:
@@ -114,14 +110,14 @@ def gpu_peak(name: str, precision: str) -> Peak:
         tflops, source = own[0][precision], own[1]
     elif precision == "fp32":
         if kind not in FP32_TFLOPS:
-            return Peak(None, f"{name}: no fp32 (non-tensor-core) datasheet peak for {kind}, so no MFU")
+            return Peak(None, f"{name}: no fp32 (non-tensor-core) datasheet peak for {kind.upper()}, so no MFU")
         tflops, source = FP32_TFLOPS[kind]
     else:
-        gpu = gpus()[CATALOG_KINDS[kind]]
+        gpu = gpus()[kind]
         if not gpu.tflops.get(precision):
             return Peak(None, f"{name}: {gpu.name} has no {precision} tensor cores, so no MFU")
         tflops, source = gpu.tflops[precision], f"{gpu.name}, plan/hardware.toml [gpu.{gpu.key}]"
-    return Peak(tflops * 1e12, f"datasheet: {kind} dense {precision} {tflops:g} TFLOP/s ({source})")
+    return Peak(tflops * 1e12, f"datasheet: {kind.upper()} dense {precision} {tflops:g} TFLOP/s ({source})")
 
 
 def device_peak(device: torch.device, precision: str, cache: Path | None = None) -> Peak:
