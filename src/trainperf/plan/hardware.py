@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,11 +200,12 @@ def cluster(gpu: str | GPU, n_gpus: int, network: str | None = None) -> Cluster:
 CATALOG_NAMES = ("a100", "h100", "h200", "gh200", "b200", "gb200", "b300", "gb300")
 
 
-def catalog_kind(name: str) -> str | None:
-    """The catalog GPU `name` spells (a CUDA device name, an MLPerf accelerator column): the longest
-    catalog name inside it, as one name can hold another ("gh200" holds "h200", "gb300" "b300")."""
-    s = name.lower().replace(" ", "").replace("-", "").replace("_", "")
-    found = [k for k in CATALOG_NAMES if k in s]
+def catalog_kind(name: str, names: tuple[str, ...] = CATALOG_NAMES) -> str | None:
+    """The catalog GPU `name` spells (a CUDA device name, an MLPerf accelerator column), or one of
+    `names`: the longest of them inside it, as one name can hold another ("gh200" holds "h200",
+    "gb300" "b300"); letters and digits only are compared."""
+    s = re.sub(r"[^a-z0-9]", "", name.lower())
+    found = [k for k in names if k in s]
     return max(found, key=len) if found else None
 
 

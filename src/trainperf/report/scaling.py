@@ -17,6 +17,7 @@ from pathlib import Path
 import trainperf
 from trainperf.atomic import file_error, read_json
 from trainperf.errors import PlanError
+from trainperf.plan.hardware import CATALOG_NAMES, catalog_kind
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,8 @@ class Point:
     label: str = ""  # submitter / system for published results
 
 
-# Longest match wins, so "gb200" is not read as "b200".
-KNOWN_KINDS = ("a100", "h100", "h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x",
-               "mi355x", "gaudi2", "l40s", "tpuv5p", "tpuv5e", "trillium")
+# The planner's catalog GPUs and the other accelerators published results name.
+KNOWN_KINDS = (*CATALOG_NAMES, "mi300x", "mi325x", "mi350x", "mi355x", "gaudi2", "l40s", "tpuv5p", "tpuv5e", "trillium")
 _COUNT_KEYS = ("gpus", "num_gpus", "gpu_count", "count", "num_accelerators", "n_gpus")
 _MINUTE_KEYS = ("minutes", "predicted_minutes", "time_to_train_min", "ttt_minutes")
 # runners-up of one plan are other layouts at the same GPU count, not points of a scaling curve
@@ -37,9 +37,7 @@ _NOT_POINTS = ("layouts", "search", "calibration", "layout", "breakdown_s", "mem
 
 
 def canonical_kind(name: str) -> str:
-    norm = re.sub(r"[^a-z0-9]", "", name.lower())
-    hits = [k for k in KNOWN_KINDS if k in norm]
-    return max(hits, key=len) if hits else norm
+    return catalog_kind(name, KNOWN_KINDS) or re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def _first(d: dict, keys: tuple[str, ...]):
