@@ -71,8 +71,9 @@ def threads_beside(threads: int, busy: float) -> int:
     return max(1, threads - int(busy + 0.25))
 
 
-def check_vector_isas() -> threading.Thread | None:
-    """Start inductor's checks of this CPU's vector instruction sets in a background thread, all at once.
+def check_vector_isas() -> list[threading.Thread]:
+    """Start inductor's checks of this CPU's vector instruction sets, one thread each, all at once;
+    the caller joins them.
 
     Before compiling its first CPU kernel, inductor asks which of AVX-512 with VNNI, AVX-512 and
     AVX2 both the CPU and the compiler support: for each, it compiles a test program (once per
@@ -80,24 +81,16 @@ def check_vector_isas() -> threading.Thread | None:
     other: 6.7 s of compiling and 1.2 s of loading on a new 2-core Zen 4, 1.6 s of loading on every
     later run (bench/results/tiny_records_2026-12-06_to_07.md). Each check is a subprocess, so
     threads run them side by side, and while the run reads its data. The answers land in
-    inductor's own per-ISA cache, which its later call finds filled. None where this torch has no
-    such checks (the names are inductor's own, present in 2.11-2.13) or the CPU is not x86."""
+    inductor's own per-ISA cache, which its later call finds filled. None started where this torch
+    has no such checks (the names are inductor's own, present in 2.11-2.13) or the CPU is not x86."""
     try:
         from torch._inductor import cpu_vec_isa
         isas, on_cpu = cpu_vec_isa.supported_vec_isa_list, cpu_vec_isa.x86_isa_checker()
     except (ImportError, AttributeError, OSError):
-        return None
+        return []
     wanted = [isa for isa in isas if str(isa).split() and all(f in on_cpu for f in str(isa).split())]
-    if not wanted:
-        return None
-
-    def check_all() -> None:
-        checks = [threading.Thread(target=bool, args=(isa,), daemon=True) for isa in wanted]
-        for t in checks:
-            t.start()
-        for t in checks:
-            t.join()
-
-    thread = threading.Thread(target=check_all, name="inductor-isa-checks", daemon=True)
-    thread.start()
-    return thread
+    checks = [threading.Thread(target=bool, args=(isa,), name=f"inductor-isa-check {isa}", daemon=True)
+              for isa in wanted]
+    for t in checks:
+        t.start()
+    return checks

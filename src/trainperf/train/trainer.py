@@ -197,10 +197,10 @@ class Trainer:
         self.dims.build_mesh(self.device.type)
         # inductor's ISA checks are subprocesses: they run beside the data's reading and tokenizing,
         # and end before anything is timed (the precision probe, the peak)
-        checks = check_vector_isas() if r.parallel.compile and self.device.type == "cpu" else None
+        checks = check_vector_isas() if r.parallel.compile and self.device.type == "cpu" else []
         self.data = open_data(r, env)
-        if checks is not None:
-            checks.join()
+        for check in checks:
+            check.join()
         if self.device.type == "cpu":  # after the data: a first run's tokenizing keeps its own memory behaviour
             keep_freed_memory()
         self.precision = resolve_precision(r, env, ckpt, self.geometry.micro, r.model.seq_len // self.dims.cp)
